@@ -1,0 +1,11 @@
+"""Every ``gym`` command, grouped as on the command line. A command appears here only once it works."""
+
+from nemo_gym.cli.commands import catalog, env
+from nemo_gym.cli.registry import Command
+
+GROUP_HELP = {
+    "env": "compose, check and run the servers of an environment",
+    "list": "list environments, resources servers, models and agents",
+}
+
+ALL_COMMANDS: tuple[Command, ...] = (*env.COMMANDS, *catalog.COMMANDS)

@@ -1,0 +1,219 @@
+"""``gym list ...`` and ``gym search``: what environments and server implementations are available."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from typing import Any
+
+from rich.table import Table
+
+from nemo_gym.assets import ComponentConfig, list_component_configs, list_environments, read_raw_yaml
+from nemo_gym.cli.flags import CONFIG_FLAGS, JSON_FLAG
+from nemo_gym.cli.output import console
+from nemo_gym.cli.registry import Command, Invocation, Positional
+from nemo_gym.config_types import ConfigError
+
+SEARCH_DIR_FLAG = CONFIG_FLAGS[-1]
+KINDS = ("environments", "resources-servers", "models", "agents")
+
+
+def _datasets(raw: dict[str, Any]) -> list[str]:
+    names = []
+    for value in raw.values():
+        agents = value.get("responses_api_agents") if isinstance(value, dict) else None
+        for inner in (agents or {}).values():
+            for dataset in (inner or {}).get("datasets") or []:
+                if isinstance(dataset, dict):
+                    names.append(f"{dataset.get('name')} ({dataset.get('type')})")
+    return names
+
+
+def _instances(raw: dict[str, Any], server_type: str) -> list[str]:
+    found = []
+    for instance, value in raw.items():
+        if isinstance(value, dict) and isinstance(value.get(server_type), dict):
+            found.extend(f"{instance} ({impl})" for impl in value[server_type])
+    return found
+
+
+def environment_rows() -> list[dict[str, Any]]:
+    rows = []
+    for entry in list_environments():
+        raw = read_raw_yaml(entry.config_path)
+        rows.append(
+            {
+                "name": entry.name,
+                "kind": "environment",
+                "domain": entry.domain,
+                "description": entry.description,
+                "config_path": str(entry.config_path),
+                "resources_servers": _instances(raw, "resources_servers"),
+                "agents": _instances(raw, "responses_api_agents"),
+                "datasets": _datasets(raw),
+                "usage": f"gym env start --environment {entry.name}",
+            }
+        )
+    return rows
+
+
+def _component_row(component: ComponentConfig, kind: str) -> dict[str, Any]:
+    row: dict[str, Any] = {"name": component.name, "kind": kind, "config_path": str(component.config_path)}
+    if kind == "resources-server":
+        row |= {
+            "domain": component.metadata("domain"),
+            "description": component.metadata("description"),
+            "agents": _instances(component.raw, "responses_api_agents"),
+            "datasets": _datasets(component.raw),
+            "usage": f"gym env start --resources-server {component.name}",
+        }
+    elif kind == "model":
+        row |= {"description": component.metadata("description"), "usage": f"--model-type {component.name}"}
+    return row
+
+
+def resources_server_rows() -> list[dict[str, Any]]:
+    return [
+        _component_row(c, "resources-server")
+        for c in list_component_configs("resources_servers")
+        if c.inner_blocks("resources_servers")
+    ]
+
+
+def model_rows() -> list[dict[str, Any]]:
+    return [_component_row(c, "model") for c in list_component_configs("responses_api_models")]
+
+
+def agent_rows() -> list[dict[str, Any]]:
+    by_impl: dict[str, dict[str, Any]] = {}
+    for component in list_component_configs("responses_api_agents"):
+        row = by_impl.setdefault(
+            component.implementation,
+            {"name": component.implementation, "kind": "agent", "variants": [], "composable": False,
+             "config_path": str(component.config_path.parent)},
+        )  # fmt: skip
+        row["variants"].append(component.flavor)
+        for _, _, inner in component.inner_blocks():
+            if "resources_server" in inner:
+                row["composable"] = True
+    for row in by_impl.values():
+        row["description"] = (
+            "composable (A): wired to a resources server" if row["composable"] else ("self-contained (B)")
+        )
+    return list(by_impl.values())
+
+
+ROW_SOURCES = {
+    "environments": environment_rows,
+    "resources-servers": resources_server_rows,
+    "models": model_rows,
+    "agents": agent_rows,
+}
+COLUMNS = {
+    "environments": ("name", "domain", "description"),
+    "resources-servers": ("name", "domain", "description"),
+    "models": ("name", "description", "config_path"),
+    "agents": ("name", "variants", "description"),
+}
+
+
+def _render(rows: list[dict[str, Any]], columns: tuple[str, ...], title: str, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    if not rows:
+        console.print(f"No {title} found.")
+        return
+    table = Table(title=f"{title} ({len(rows)})", title_justify="left")
+    for column in columns:
+        table.add_column(column.replace("_", " ").title(), overflow="fold")
+    for row in rows:
+        table.add_row(*[_cell(row.get(column)) for column in columns])
+    console.print(table)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, list):
+        return ", ".join(str(v) for v in value)
+    return str(value)
+
+
+def _inspect(row: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(row, indent=2))
+        return
+    console.print(f"[bold]{row['name']}[/bold] ({row['kind']})")
+    for key, value in row.items():
+        if key not in ("name", "kind"):
+            console.print(f"  {key.replace('_', ' ') + ':':<20} {_cell(value)}")
+
+
+def list_command(kind: str):
+    def handler(invocation: Invocation) -> int:
+        rows = ROW_SOURCES[kind]()
+        name = invocation.get("name")
+        if name:
+            match = next((row for row in rows if row["name"] == name), None)
+            if match is None:
+                close = difflib.get_close_matches(name, [row["name"] for row in rows], n=3, cutoff=0.5)
+                hint = f" Did you mean: {', '.join(close)}?" if close else f" See `gym list {kind}`."
+                raise ConfigError(f"no {kind.rstrip('s').replace('-', ' ')} named {name!r}.{hint}")
+            _inspect(match, invocation.get("json"))
+        else:
+            _render(rows, COLUMNS[kind], kind.replace("-", " ").capitalize(), invocation.get("json"))
+        return 0
+
+    return handler
+
+
+def _tokens(text: str) -> list[str]:
+    return [t for t in re.split(r"[\s_\-/]+", text.lower()) if t]
+
+
+def matches(query: str, *fields: str | None) -> bool:
+    """Substring match, or a close fuzzy match (ratio >= 0.7) against a whole field or one of its words."""
+    query = query.lower().strip()
+    for field in fields:
+        if not field:
+            continue
+        text = field.lower()
+        if query in text:
+            return True
+        for candidate in [text, *_tokens(text)]:
+            if difflib.SequenceMatcher(None, query, candidate).ratio() >= 0.7:
+                return True
+    return False
+
+
+def search(invocation: Invocation) -> int:
+    words = invocation.get("words")
+    if len(words) > 2 or (len(words) == 2 and words[0] not in KINDS):
+        raise ConfigError(f"usage: gym search [{'|'.join(KINDS)}] QUERY (quote a query with spaces)")
+    kinds = [words[0]] if len(words) == 2 else list(KINDS)
+    query = words[-1]
+    rows = [
+        row
+        for kind in kinds
+        for row in ROW_SOURCES[kind]()
+        if matches(query, row.get("name"), row.get("description"), row.get("domain"))
+    ]
+    _render(rows, ("name", "kind", "domain", "description"), f"Matches for {query!r}", invocation.get("json"))
+    return 0
+
+
+COMMANDS = tuple(
+    Command(
+        "list", kind, f"list available {kind.replace('-', ' ')} (or inspect one by NAME)", list_command(kind),
+        flags=(JSON_FLAG, SEARCH_DIR_FLAG), positionals=(Positional("name", "inspect this one", nargs="?"),),
+    )
+    for kind in KINDS
+) + (
+    Command(
+        None, "search", "fuzzy-search environments and servers by name, description or domain", search,
+        flags=(JSON_FLAG, SEARCH_DIR_FLAG),
+        positionals=(Positional("words", "[TYPE] QUERY, TYPE one of " + ", ".join(KINDS), nargs="+"),),
+    ),
+)  # fmt: skip

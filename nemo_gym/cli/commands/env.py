@@ -1,0 +1,48 @@
+"""``gym env ...``: commands about the composed config of a set of servers."""
+
+from __future__ import annotations
+
+from omegaconf import OmegaConf
+
+from nemo_gym.cli.flags import CONFIG_FLAGS, MODEL_FLAGS
+from nemo_gym.cli.output import console
+from nemo_gym.cli.registry import Command, Invocation
+from nemo_gym.config.servers import find_server_instances
+from nemo_gym.global_config import masked_config_yaml, parse_global_config_dict
+
+
+def resolve(invocation: Invocation) -> int:
+    """Print the merged, resolved config with secrets masked."""
+    config = parse_global_config_dict(invocation.overrides)
+    print(masked_config_yaml(config), end="")
+    return 0
+
+
+def validate(invocation: Invocation) -> int:
+    """Compose and validate the config without starting anything (a dummy policy model stands in if none is set)."""
+    config = parse_global_config_dict(invocation.overrides, dummy_model=True)
+    instances, _ = find_server_instances(OmegaConf.to_container(config, resolve=True))
+    console.print(f"Config is valid: {len(instances)} server instance(s).")
+    for instance in instances:
+        console.print(f"  {instance.name:<32} {instance.SERVER_TYPE}/{instance.implementation}")
+    return 0
+
+
+COMMANDS = (
+    Command(
+        "env",
+        "resolve",
+        "print the merged, resolved config (secrets masked)",
+        resolve,
+        CONFIG_FLAGS + MODEL_FLAGS,
+        examples=("example: gym env resolve --config my.yaml +policy_model_name=gpt-4.1",),
+    ),
+    Command(
+        "env",
+        "validate",
+        "check that a config composes and validates",
+        validate,
+        CONFIG_FLAGS + MODEL_FLAGS,
+        examples=("example: gym env validate --environment my_env",),
+    ),
+)

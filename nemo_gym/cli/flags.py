@@ -1,0 +1,143 @@
+"""Command-line flags and how each one becomes a Hydra override.
+
+Every flag is sugar for an override the config system already understands, so ``--limit 5`` and ``+limit=5`` are the
+same thing, and anything a flag cannot say can still be said as ``+key=value``. Config selectors (``--config``,
+``--environment``, ``--resources-server``, ``--model-type``) all add to one ``+config_paths=[...]`` override.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+
+from nemo_gym.assets import SelectorKind, resolve_selector
+from nemo_gym.config.roots import EXTRA_ROOTS_ENV_VAR
+from nemo_gym.config_types import ConfigError
+
+
+@dataclass(frozen=True)
+class Flag:
+    names: tuple[str, ...]
+    help: str
+    override_key: str | None = None
+    """``--flag VALUE`` becomes ``+override_key=VALUE`` (``true`` for switches)."""
+    selector: SelectorKind | None = None
+    """The value is a short name resolved to a config path."""
+    config_path: bool = False
+    """The value is a config path (``--config``)."""
+    switch: bool = False
+    repeatable: bool = False
+    metavar: str | None = None
+    value_type: type = str
+
+    @property
+    def dest(self) -> str:
+        return self.names[0].lstrip("-").replace("-", "_")
+
+    def register(self, parser: argparse.ArgumentParser) -> None:
+        kwargs: dict[str, Any] = {"dest": self.dest, "help": self.help}
+        if self.switch:
+            kwargs["action"] = "store_true"
+        else:
+            kwargs["metavar"] = self.metavar or self.dest.upper()
+            kwargs["type"] = self.value_type
+            if self.repeatable:
+                kwargs["action"] = "append"
+        parser.add_argument(*self.names, **kwargs)
+
+
+CONFIG_FLAGS = (
+    Flag(("--config", "-c"), "config YAML to load (repeatable)", config_path=True, repeatable=True, metavar="PATH"),
+    Flag(("--environment", "-e"), "environment from environments/NAME/config.yaml", selector="environment",
+         repeatable=True, metavar="NAME"),
+    Flag(("--resources-server",), "resources server config: resources_servers/NAME/configs/(FLAVOR|NAME).yaml",
+         selector="resources-server", repeatable=True, metavar="NAME[/FLAVOR]"),
+    Flag(("--model-type",), "model server config: responses_api_models/NAME/configs/(FLAVOR|NAME).yaml",
+         selector="model-type", repeatable=True, metavar="NAME[/FLAVOR]"),
+    Flag(("--search-dir",), "extra root searched for configs and servers before cwd (repeatable)", repeatable=True,
+         metavar="DIR"),
+)  # fmt: skip
+
+MODEL_FLAGS = (
+    Flag(("--model", "-m"), "policy model name (policy_model_name)", override_key="policy_model_name"),
+    Flag(("--model-url",), "policy model base URL (policy_base_url)", override_key="policy_base_url"),
+    Flag(("--model-api-key",), "policy model API key (policy_api_key)", override_key="policy_api_key"),
+)
+
+JSON_FLAG = Flag(("--json",), "print JSON instead of a table", switch=True)
+
+
+def quote(value: Any) -> str:
+    """A value as a Hydra override literal that parses back to exactly this string."""
+    text = str(value)
+    text = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", text)
+    text = re.sub(r"(\\+)$", lambda m: m.group(1) * 2, text)
+    return f"'{text}'"
+
+
+def flags_to_overrides(args: argparse.Namespace, flags: tuple[Flag, ...], passthrough: list[str]) -> list[str]:
+    """Translate parsed flags into override tokens, merged with the user's own ``key=value`` tokens."""
+    config_paths: list[str] = []
+    tokens: list[str] = []
+    for flag in flags:
+        value = getattr(args, flag.dest, None)
+        if value is None or value is False or value == []:
+            continue
+        values = value if isinstance(value, list) else [value]
+        if flag.config_path:
+            config_paths.extend(str(v) for v in values)
+        elif flag.selector is not None:
+            config_paths.extend(str(resolve_selector(flag.selector, v)) for v in values)
+        elif flag.override_key is not None:
+            tokens.append(f"+{flag.override_key}=true" if flag.switch else f"+{flag.override_key}={quote(values[-1])}")
+    remaining = []
+    for token in passthrough:
+        if re.match(r"^\+{1,2}config_paths=", token):
+            config_paths.extend(_parse_config_paths_token(token))
+        else:
+            remaining.append(token)
+    if config_paths:
+        tokens.insert(0, "+config_paths=[" + ",".join(quote(p) for p in config_paths) + "]")
+    if getattr(args, "verbose", False):
+        tokens.append("++verbose=true")
+    return tokens + remaining
+
+
+def _parse_config_paths_token(token: str) -> list[str]:
+    try:
+        value = OverridesParser.create().parse_override(token).value()
+    except Exception as e:
+        raise ConfigError(f"cannot parse {token!r}: write +config_paths=[a.yaml,b.yaml]") from e
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    if isinstance(value, list):
+        return [str(v) for v in value]
+    raise ConfigError(f"{token!r}: config_paths must be a list of paths, e.g. +config_paths=[a.yaml,b.yaml]")
+
+
+@contextmanager
+def extra_search_roots(dirs: list[str] | None) -> Iterator[None]:
+    """Put ``--search-dir`` roots in front of ``NEMO_GYM_EXTRA_ROOTS`` for the command (children inherit it)."""
+    if not dirs:
+        yield
+        return
+    previous = os.environ.get(EXTRA_ROOTS_ENV_VAR)
+    missing = [d for d in dirs if not os.path.isdir(d)]
+    if missing:
+        raise ConfigError(f"--search-dir {missing[0]!r} is not a directory")
+    joined = os.pathsep.join([os.path.abspath(d) for d in dirs] + ([previous] if previous else []))
+    os.environ[EXTRA_ROOTS_ENV_VAR] = joined
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(EXTRA_ROOTS_ENV_VAR, None)
+        else:
+            os.environ[EXTRA_ROOTS_ENV_VAR] = previous

@@ -1,0 +1,239 @@
+"""The config pipeline: from command-line overrides to one resolved, validated config.
+
+Sources, lowest precedence first:
+
+1. an initial mapping from the caller (e.g. the dummy policy model of data-only commands);
+2. the YAML files of ``config_paths``, in include order (see :mod:`nemo_gym.config.includes`);
+3. ``env.yaml`` (secrets and local settings, found in the search roots);
+4. the command-line overrides.
+
+Then directives run (:mod:`nemo_gym.config.directives`), unset ``???`` values are reported all at once, ``${...}``
+interpolations are resolved, defaults are filled in, and server instances and their references are validated.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from nemo_gym.config.directives import apply_directives
+from nemo_gym.config.includes import expand_config_paths, normalize_config_paths
+from nemo_gym.config.overrides import apply_overrides, overrides_as_dict, parse_overrides
+from nemo_gym.config.ports import reserve_port
+from nemo_gym.config.roots import find_path
+from nemo_gym.config.servers import (
+    check_server_refs,
+    find_server_instances,
+    raise_for_almost_servers,
+)
+from nemo_gym.config.tree import MISSING, deep_merge, get_path, iter_leaves
+from nemo_gym.config.yaml_files import load_yaml_file
+from nemo_gym.config_types import (
+    ConfigError,
+    ConfigInterpolationError,
+    ConfigMissingValuesError,
+    NoServerInstancesError,
+    ServerInstanceConfig,
+)
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_HEAD_SERVER_PORT = 11000
+ENV_YAML_FILENAME = "env.yaml"
+ENV_YAML_ENV_VAR = "NEMO_GYM_ENV_YAML"
+"""Path of the env.yaml to use instead of searching the roots; empty string = use none."""
+
+DUMMY_MODEL_CONFIG: dict[str, Any] = {
+    "policy_base_url": "",
+    "policy_api_key": "",
+    "policy_model_name": "",
+    "policy_model": {"responses_api_models": {"dummy_model": {"entrypoint": "app.py"}}},
+}
+"""Initial config of data-only commands, so configs that reference ``policy_model`` validate without a model."""
+
+
+@dataclass
+class ComposeOptions:
+    overrides: list[str] = field(default_factory=list)
+    initial: dict[str, Any] | None = None
+    dummy_model: bool = False
+    reserve_ports: bool = False
+    require_server_instances: bool = False
+
+
+@dataclass
+class ComposedConfig:
+    config: DictConfig
+    instances: list[ServerInstanceConfig]
+    env_yaml_path: Path | None
+
+
+def compose(options: ComposeOptions) -> ComposedConfig:
+    overrides = parse_overrides(options.overrides)
+    env_yaml_path = find_env_yaml()
+    env_yaml = load_yaml_file(env_yaml_path) if env_yaml_path else {}
+
+    paths = _config_paths(env_yaml, overrides_as_dict(overrides))
+    included = expand_config_paths(paths)
+
+    initial = dict(options.initial or {})
+    if options.dummy_model:
+        initial = deep_merge(DUMMY_MODEL_CONFIG, initial)
+    merged = initial
+    for loaded in included.files:
+        merged = deep_merge(merged, loaded.data)
+    merged = deep_merge(merged, {k: v for k, v in env_yaml.items() if k != "config_paths"})
+    apply_overrides(merged, overrides)
+    merged["config_paths"] = [str(f.path) for f in included.files]
+
+    merged = apply_directives(merged)
+    if options.dummy_model:
+        _drop_shadowed_dummy_model(merged)
+    _raise_for_missing_values(merged)
+    resolved = _resolve_interpolations(merged)
+
+    _fill_defaults(resolved)
+    instances, almost = find_server_instances(resolved)
+    if almost and resolved.get("error_on_almost_servers", True):
+        raise_for_almost_servers(almost)
+    check_server_refs(instances)
+    if options.require_server_instances and not instances:
+        raise NoServerInstancesError(
+            "the config defines no server instances to start. Pass a config with --config PATH, "
+            "--environment NAME or --resources-server NAME (see `gym list environments`)"
+        )
+    _fill_server_addresses(resolved, instances, options.reserve_ports)
+    _propagate_agent_settings(resolved, instances)
+    config = OmegaConf.create(resolved)
+    instances, _ = find_server_instances(resolved)
+    return ComposedConfig(config, instances, env_yaml_path)
+
+
+def find_env_yaml() -> Path | None:
+    explicit = os.environ.get(ENV_YAML_ENV_VAR)
+    if explicit is not None:
+        return Path(explicit) if explicit else None
+    found = find_path(ENV_YAML_FILENAME)
+    return found if found and found.is_file() else None
+
+
+def _config_paths(env_yaml: dict[str, Any], cli: dict[str, Any]) -> list[str]:
+    """``config_paths`` as env.yaml + command line give it, with interpolations among those two resolved."""
+    small = deep_merge(env_yaml, cli)
+    if "config_paths" not in small:
+        return []
+    try:
+        value = OmegaConf.to_container(OmegaConf.create(small).get("config_paths"), resolve=True)
+    except OmegaConfBaseException as e:
+        raise ConfigInterpolationError(f"config_paths cannot be resolved: {_first_line(e)}") from e
+    except ValueError:
+        value = small["config_paths"]
+    return normalize_config_paths(value, "config_paths")
+
+
+def _drop_shadowed_dummy_model(config: dict[str, Any]) -> None:
+    """If the real config defines its own policy model, remove the dummy implementation merged under it."""
+    models = get_path(config, "policy_model.responses_api_models", None)
+    if isinstance(models, dict) and len(models) > 1:
+        models.pop("dummy_model", None)
+
+
+def _raise_for_missing_values(config: dict[str, Any]) -> None:
+    missing = [path for path, value in iter_leaves(config) if value == MISSING]
+    if len(missing) == 1:
+        raise ConfigMissingValuesError(
+            f"required config value {missing[0]!r} is not set (???). Set it in env.yaml or pass ++{missing[0]}=<value>"
+        )
+    if missing:
+        hints = " ".join(f"++{path}=<value>" for path in missing)
+        raise ConfigMissingValuesError(
+            f"{len(missing)} required config values are not set (???): {', '.join(missing)}. "
+            f"Set them in env.yaml or on the command line: {hints}"
+        )
+
+
+_MISSING_KEY = re.compile(r"key '([^']+)'")
+
+
+def _resolve_interpolations(config: dict[str, Any]) -> dict[str, Any]:
+    """Resolve every ``${...}``; report each value that cannot be resolved, naming it and the key it needs."""
+    dict_config = OmegaConf.create(config)
+    problems = []
+    for path, value in iter_leaves(config):
+        if not (isinstance(value, str) and "${" in value):
+            continue
+        try:
+            OmegaConf.select(dict_config, path, throw_on_resolution_failure=True)
+        except OmegaConfBaseException as e:
+            match = _MISSING_KEY.search(str(e))
+            hint = f" Set {match.group(1)!r} in env.yaml or pass ++{match.group(1)}=<value>." if match else ""
+            problems.append(f"config value {path!r} = {value!r} cannot be resolved: {_first_line(e)}.{hint}")
+    if problems:
+        raise ConfigInterpolationError("; ".join(problems))
+    return OmegaConf.to_container(dict_config, resolve=True)
+
+
+def _first_line(error: Exception) -> str:
+    return str(error).strip().splitlines()[0].rstrip(".") if str(error).strip() else type(error).__name__
+
+
+def _fill_defaults(config: dict[str, Any]) -> None:
+    if config.get("use_absolute_ip"):
+        config.setdefault("default_host", socket.gethostbyname(socket.gethostname()))
+    host = config.setdefault("default_host", DEFAULT_HOST)
+    head = config.get("head_server") or {}
+    if not isinstance(head, dict):
+        raise ConfigError(f"head_server must be a mapping with host and port, got {head!r}")
+    head.setdefault("host", host)
+    head.setdefault("port", DEFAULT_HEAD_SERVER_PORT)
+    config["head_server"] = head
+    config.setdefault("python_version", platform.python_version())
+    config.setdefault("dry_run", False)
+    config.setdefault("skip_venv_if_present", False)
+    config.setdefault("error_on_almost_servers", True)
+    for key, default in (("results_dir", "results"), ("cache_dir", "cache")):
+        value = config.setdefault(key, default)
+        if not isinstance(value, str) or not value.strip():
+            raise ConfigError(f"{key} must be a non-empty path, got {value!r}")
+        config[key] = str(Path(value).expanduser().resolve())
+
+
+def _fill_server_addresses(config: dict[str, Any], instances: list[ServerInstanceConfig], reserve_ports: bool) -> None:
+    """Give every instance a host, and with ``reserve_ports`` a port held open for it (see ``config/ports.py``)."""
+    explicit_ports = {config["head_server"]["port"]}
+    for instance in instances:
+        inner = config[instance.name][instance.SERVER_TYPE][instance.implementation]
+        if inner.get("port"):
+            explicit_ports.add(int(inner["port"]))
+    port_range = None
+    if "port_range_low" in config or "port_range_high" in config:
+        port_range = (int(config.get("port_range_low", 10001)), int(config.get("port_range_high", 20000)))
+    for instance in instances:
+        inner = config[instance.name][instance.SERVER_TYPE][instance.implementation]
+        inner["host"] = inner.get("host") or config["default_host"]
+        if reserve_ports:
+            reservation = reserve_port(
+                instance.name, inner["host"], inner.get("port"), port_range, disallowed=explicit_ports
+            )
+            inner["port"] = reservation.port
+        else:
+            inner.setdefault("port", None)
+    config["disallowed_ports"] = sorted(explicit_ports)
+
+
+def _propagate_agent_settings(config: dict[str, Any], instances: list[ServerInstanceConfig]) -> None:
+    """Top-level ``skip_verification*`` reach every agent that does not set its own."""
+    for instance in instances:
+        if instance.SERVER_TYPE != "responses_api_agents":
+            continue
+        inner = config[instance.name][instance.SERVER_TYPE][instance.implementation]
+        for key in ("skip_verification", "skip_verification_reward"):
+            if key in config and key not in inner:
+                inner[key] = config[key]

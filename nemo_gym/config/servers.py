@@ -1,0 +1,110 @@
+"""Finding server instances in a composed config and checking the references between them."""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from nemo_gym.config_types import (
+    SERVER_TYPES,
+    AlmostServerError,
+    ServerInstanceConfig,
+    ServerRefNotFoundError,
+    is_almost_server,
+    is_server_ref,
+    maybe_get_server_instance_config,
+)
+
+RESERVED_TOP_LEVEL_KEYS = frozenset(
+    {
+        "config_paths", "entrypoint", "default_host", "head_server", "disallowed_ports", "head_server_deps",
+        "python_version", "pip_install_verbose", "use_absolute_ip", "uv_pip_set_python", "skip_venv_if_present",
+        "hf_token", "ray_head_node_address", "port_range_low", "port_range_high", "dry_run",
+        "model_endpoint_readiness_timeout_seconds", "allow_openai_version_skew", "uv_cache_dir", "uv_venv_dir",
+        "results_dir", "cache_dir", "_inherit_from", "_copy", "nemo_gym_log_dir", "verbose", "json", "query",
+        "observability_enabled", "model_call_capture_dir", "token_id_capture", "component_name",
+        "skip_verification", "skip_verification_reward", "error_on_almost_servers", "shared_venv",
+        "server_startup_timeout_seconds",
+    }
+)  # fmt: skip
+"""Top-level keys that are settings of the framework itself, never server instances."""
+
+
+@dataclass
+class AlmostServer:
+    name: str
+    errors: list[str]
+
+
+def find_server_instances(config: dict[str, Any]) -> tuple[list[ServerInstanceConfig], list[AlmostServer]]:
+    """Valid server instances, and blocks that look like servers but fail validation."""
+    instances: list[ServerInstanceConfig] = []
+    almost: list[AlmostServer] = []
+    for name, value in config.items():
+        if name in RESERVED_TOP_LEVEL_KEYS or not isinstance(value, dict):
+            continue
+        instance, error = maybe_get_server_instance_config(name, value)
+        if instance is not None:
+            instances.append(instance)
+        elif error is not None and is_almost_server(value):
+            almost.append(AlmostServer(name, summarize_validation_error(error)))
+    return instances, almost
+
+
+def summarize_validation_error(error: ValidationError) -> list[str]:
+    """One readable line per problem; literal-choice errors merged into 'Must be one of: …'."""
+    lines: dict[str, list[str]] = {}
+    for item in error.errors():
+        location = ".".join(str(p) for p in item["loc"] if p != "server_type_config_dict")
+        if item["type"] == "literal_error":
+            expected = item.get("ctx", {}).get("expected", "")
+            lines.setdefault(location, []).append(expected)
+        else:
+            message = item["msg"].removeprefix("Value error, ")
+            lines.setdefault(location, []).append(message)
+    result = []
+    for location, messages in lines.items():
+        if len(messages) > 1 and all("'" in m for m in messages):
+            result.append(f"{location}: must be one of: {', '.join(messages)}")
+        elif messages and messages[0].startswith("'") and len(messages) == 1:
+            result.append(f"{location}: must be {messages[0]}")
+        else:
+            result.append(f"{location}: {'; '.join(messages)}")
+    return result
+
+
+def raise_for_almost_servers(almost: list[AlmostServer]) -> None:
+    described = "; ".join(
+        f"{server.name!r} looks like a server but is invalid: " + "; ".join(f"{server.name}.{e}" for e in server.errors)
+        for server in almost
+    )
+    raise AlmostServerError(f"{described}. Fix it, or pass ++error_on_almost_servers=false to skip such blocks")
+
+
+def check_server_refs(instances: list[ServerInstanceConfig]) -> None:
+    """Every ``{type, name}`` ref in an implementation block must name an instance of that type."""
+    names_by_type: dict[str, list[str]] = {t: [] for t in SERVER_TYPES}
+    for instance in instances:
+        names_by_type[instance.SERVER_TYPE].append(instance.name)
+    problems = []
+    for instance in instances:
+        inner = instance.get_inner_run_server_config_dict()
+        for field_name, value in inner.items():
+            ref = is_server_ref(value)
+            if ref is None or ref.name in names_by_type[ref.type]:
+                continue
+            candidates = names_by_type[ref.type]
+            close = difflib.get_close_matches(ref.name, candidates, n=3, cutoff=0.6)
+            if close:
+                hint = f"Did you mean: {', '.join(close)}?"
+            elif candidates:
+                hint = f"Defined {ref.type}: {', '.join(sorted(candidates))}."
+            else:
+                hint = f"No {ref.type} instance is defined; add one with --config or a selector."
+            location = f"{instance.name}.{instance.SERVER_TYPE}.{instance.implementation}.{field_name}"
+            problems.append(f"{location} refers to {ref.type} {ref.name!r}, which is not defined. {hint}")
+    if problems:
+        raise ServerRefNotFoundError("; ".join(problems))

@@ -1,0 +1,78 @@
+"""Registry of co-located environments under ``environments/<name>/``.
+
+An environment is a directory ``environments/<name>/`` whose ``config.yaml`` wires together a resources server, an
+agent and datasets (and references a model server). This module maps an environment's short name to its config so
+environments can be enumerated (``gym list environments``). Turning a name into config paths for a run is the job of
+the CLI's ``--environment`` selector, so this module is discovery-only.
+
+Discovery only reads config files: it never resolves interpolations or starts servers, so it works even when a config
+references secrets (``${policy_api_key}``) that are not set.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from nemo_gym import PARENT_DIR
+
+ENVIRONMENTS_DIR = PARENT_DIR / "environments"
+ENVIRONMENT_CONFIG_FILENAME = "config.yaml"
+
+
+@dataclass
+class EnvironmentEntry:
+    """A discovered environment: its name, where it lives, and lightweight metadata."""
+
+    name: str
+    config_path: Path
+    path: Path
+    description: str | None = None
+    domain: str | None = None
+
+
+def _read_metadata(config_path: Path) -> tuple[str | None, str | None]:
+    """Best-effort (description, domain) from the config's ``resources_servers`` entry.
+
+    Reads raw YAML, so unset keys (``???``) and interpolations (``${policy_api_key}``) are left alone instead of
+    raising. An unreadable file yields ``(None, None)``.
+    """
+    try:
+        data = yaml.safe_load(config_path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return None, None
+    if not isinstance(data, dict):
+        return None, None
+    description = domain = None
+    for value in data.values():
+        implementations = value.get("resources_servers") if isinstance(value, dict) else None
+        if not isinstance(implementations, dict):
+            continue
+        for inner in implementations.values():
+            if not isinstance(inner, dict):
+                continue
+            if description is None and inner.get("description") is not None:
+                description = str(inner["description"])
+            if domain is None and inner.get("domain") is not None:
+                domain = str(inner["domain"])
+        if description is not None and domain is not None:
+            break
+    return description, domain
+
+
+def discover_environments(environments_dir: Path = ENVIRONMENTS_DIR) -> dict[str, EnvironmentEntry]:
+    """Map environment name -> :class:`EnvironmentEntry` for every ``<name>/config.yaml``.
+
+    The name is the directory name. Returns an empty dict if the directory is missing.
+    """
+    environments_dir = Path(environments_dir)
+    if not environments_dir.is_dir():
+        return {}
+    entries: dict[str, EnvironmentEntry] = {}
+    for config_path in sorted(environments_dir.glob(f"*/{ENVIRONMENT_CONFIG_FILENAME}")):
+        description, domain = _read_metadata(config_path)
+        name = config_path.parent.name
+        entries[name] = EnvironmentEntry(name, config_path, config_path.parent, description, domain)
+    return entries
