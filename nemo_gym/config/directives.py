@@ -75,6 +75,8 @@ def _process(node: Any, frozen: dict[str, Any], moved: list[str], location: str,
             if key not in own and key not in node:
                 raise ConfigError(f"{location or '<root>'}: {DELETE_KEY} names {key!r}, which does not exist there")
             own.pop(key, None)
+        if INHERIT_KEY in own or COPY_KEY in own or DELETE_KEY in own:
+            return _process(own, frozen, moved, location, chain)  # the inherited subtree has directives of its own
     else:
         for key in to_delete:
             if key not in node:

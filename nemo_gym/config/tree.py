@@ -33,8 +33,11 @@ def get_path(tree: Any, dotted: str | list[str], default: Any = _ABSENT) -> Any:
     return node
 
 
+_NOT_FOUND = object()
+
+
 def has_path(tree: Any, dotted: str) -> bool:
-    return get_path(tree, dotted, _ABSENT) is not _ABSENT
+    return get_path(tree, dotted, _NOT_FOUND) is not _NOT_FOUND
 
 
 def set_path(tree: dict[str, Any], dotted: str, value: Any) -> None:

@@ -1,0 +1,586 @@
+"""The one HTTP transport every server and client in the framework uses.
+
+Servers talk to each other over HTTP/1.1 JSON, several hops per rollout, thousands of rollouts in flight. This module
+keeps that cheap and bounded:
+
+* one pooled :class:`aiohttp.ClientSession` per event loop, so connections are reused (keep-alive) and a process
+  never opens more sockets than the pool allows; excess requests queue inside the pool instead of exhausting fds;
+* orjson on both directions;
+* a deadline on every call, and a small, jittered retry budget that only covers failures where the server cannot
+  have acted on the request (connection refused/reset, 429, 502, 503, 504).
+
+Errors raised here all derive from :class:`TransportError` and name the server, the path and what went wrong.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import logging
+import math
+import random
+import socket
+import threading
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from functools import lru_cache
+from typing import Any, Final
+
+import aiohttp
+import orjson
+from pydantic import BaseModel, ConfigDict, Field
+from yarl import URL
+
+__all__ = [
+    "RETRYABLE_STATUSES",
+    "ServerRequestError",
+    "ServerTimeoutError",
+    "TransportConfig",
+    "TransportError",
+    "close_session",
+    "cookies_from",
+    "dumps",
+    "get_default_config",
+    "get_session",
+    "raise_for_status",
+    "request",
+    "response_json",
+    "set_default_config",
+]
+
+logger = logging.getLogger(__name__)
+
+RETRYABLE_STATUSES: Final[frozenset[int]] = frozenset({429, 502, 503, 504})
+"""Statuses meaning "the server (or a proxy in front of it) did not act on this request; try again later"."""
+
+_RETRY_AFTER_STATUSES: Final[frozenset[int]] = frozenset({429, 503})
+_SNIPPET_CHARS: Final[int] = 200
+_JSON_HEADERS: Final[Mapping[str, str]] = {"Content-Type": "application/json"}
+
+
+class TransportConfig(BaseModel):
+    """Timeouts, retry budget and connection-pool sizes of the transport.
+
+    Timeout and retry fields apply per call (``request(config=...)``). Pool fields (``limit``, ``limit_per_host``,
+    ``keepalive_timeout_s``, ``dns_cache_ttl_s``, ``tcp_keepalive_*``) are read once, from the process default
+    (:func:`set_default_config`), when an event loop's session is created.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    connect_timeout_s: float = Field(default=10.0, gt=0)
+    """Limit on opening one TCP connection. Waiting for a free pooled connection is not counted here (only the total
+    deadline bounds it), so a saturated pool queues instead of failing."""
+
+    total_timeout_s: float = Field(default=600.0, gt=0)
+    """Deadline for the whole call: every attempt, backoff sleep and body read. Long because model calls can be."""
+
+    max_attempts: int = Field(default=4, ge=1)
+    """Attempts in all, the first one included."""
+
+    backoff_base_s: float = Field(default=0.2, ge=0)
+    """Upper bound of the first backoff sleep; doubles per attempt (full jitter: the sleep is uniform in [0, bound])."""
+
+    backoff_cap_s: float = Field(default=5.0, ge=0)
+    """Ceiling of the backoff bound, so late retries do not wait for minutes."""
+
+    retry_after_cap_s: float = Field(default=30.0, ge=0)
+    """Ceiling on a server's ``Retry-After``, so a misconfigured server cannot park a rollout for hours."""
+
+    limit: int = Field(default=16384, ge=1)
+    """Open connections per process and event loop, all destinations together. Stays under common fd hard limits
+    (20k) while leaving room for inbound sockets."""
+
+    limit_per_host: int = Field(default=4096, ge=1)
+    """Open connections to one (host, port). Sized for 4096 concurrent rollouts hitting one server; beyond it requests
+    wait in the pool (bounded memory) instead of opening more sockets."""
+
+    keepalive_timeout_s: float = Field(default=4.0, gt=0)
+    """How long an idle pooled connection may be reused. Kept below uvicorn's default server keep-alive (5 s) so the
+    client always drops an idle socket before the server does, avoiding "server disconnected" on reuse."""
+
+    dns_cache_ttl_s: int = Field(default=10, ge=0)
+    """Seconds a resolved host name is cached (multi-node setups use host names; loopback needs no lookup)."""
+
+    tcp_keepalive_idle_s: int = Field(default=60, ge=1)
+    """Idle seconds before the kernel probes a silent connection, so a peer that vanished is detected."""
+
+    tcp_keepalive_interval_s: int = Field(default=10, ge=1)
+    """Seconds between kernel keep-alive probes."""
+
+    tcp_keepalive_count: int = Field(default=3, ge=1)
+    """Unanswered probes after which the kernel declares the connection dead."""
+
+
+class TransportError(Exception):
+    """Base of every failure of a call between servers, so callers can catch one type."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Keep the attributes when an error crosses a process boundary (pickled by multiprocessing, Ray, ...).
+        return (self.__class__, self.args, self.__dict__)
+
+
+class ServerRequestError(TransportError):
+    """A call failed: connection error, retries exhausted, or a non-2xx status passed to :func:`raise_for_status`."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        server: str = "",
+        url_path: str = "",
+        status: int | None = None,
+        attempts: int = 1,
+        body_snippet: str = "",
+    ) -> None:
+        super().__init__(message)
+        self.server = server
+        self.url_path = url_path
+        self.status = status
+        self.attempts = attempts
+        self.body_snippet = body_snippet
+
+
+class ServerTimeoutError(TransportError):
+    """A call ran past its deadline (or could not connect in time). Never retried once the request may have been
+    delivered, because the server may have acted on it."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        server: str = "",
+        url_path: str = "",
+        timeout_s: float = 0.0,
+        attempts: int = 1,
+    ) -> None:
+        super().__init__(message)
+        self.server = server
+        self.url_path = url_path
+        self.timeout_s = timeout_s
+        self.attempts = attempts
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Configuration and the per-loop session
+# --------------------------------------------------------------------------------------------------------------------
+
+_default_config = TransportConfig()
+_sessions: dict[asyncio.AbstractEventLoop, aiohttp.ClientSession] = {}
+_sessions_lock = threading.Lock()
+
+
+def set_default_config(config: TransportConfig) -> None:
+    """Set the process-wide default; pool fields only affect sessions created after this call."""
+    global _default_config
+    _default_config = config
+
+
+def get_default_config() -> TransportConfig:
+    """Return the process-wide default used when a call passes no ``config``."""
+    return _default_config
+
+
+def get_session() -> aiohttp.ClientSession:
+    """Return the running loop's shared session, creating it on first use.
+
+    One session per loop because an aiohttp session is bound to the loop it was created on; a process running
+    servers in several threads (one loop each) gets one pool per loop.
+    """
+    return _session_for(asyncio.get_running_loop())
+
+
+async def close_session() -> None:
+    """Close the running loop's session (call on shutdown); a later call creates a fresh one."""
+    loop = asyncio.get_running_loop()
+    with _sessions_lock:
+        session = _sessions.pop(loop, None)
+    if session is not None and not session.closed:
+        await session.close()
+
+
+def _session_for(loop: asyncio.AbstractEventLoop) -> aiohttp.ClientSession:
+    session = _sessions.get(loop)
+    if session is not None and not session.closed:
+        return session
+    with _sessions_lock:
+        session = _sessions.get(loop)
+        if session is None or session.closed:
+            # Forget sessions of loops that are gone; their sockets died with the loop.
+            for old_loop in [old for old in _sessions if old.is_closed()]:
+                del _sessions[old_loop]
+            session = _new_session(_default_config)
+            _sessions[loop] = session
+    return session
+
+
+def _new_session(config: TransportConfig) -> aiohttp.ClientSession:
+    connector = aiohttp.TCPConnector(
+        limit=config.limit,
+        limit_per_host=config.limit_per_host,
+        keepalive_timeout=config.keepalive_timeout_s,
+        use_dns_cache=True,
+        ttl_dns_cache=config.dns_cache_ttl_s,
+        socket_factory=_keepalive_socket_factory(config),
+    )
+    return aiohttp.ClientSession(
+        connector=connector,
+        # Cookies are threaded through calls by hand (per-rollout sessions); a shared jar would mix rollouts.
+        cookie_jar=aiohttp.DummyCookieJar(),
+        timeout=_client_timeout(config.total_timeout_s, config.connect_timeout_s),
+        # Internal calls must never be routed through an HTTP proxy found in the environment.
+        trust_env=False,
+    )
+
+
+def _keepalive_socket_factory(config: TransportConfig) -> Callable[[tuple[Any, ...]], socket.socket]:
+    """Build sockets with TCP keep-alive probes, so a silently dropped peer is noticed before the deadline."""
+    options: list[tuple[int, int, int]] = [(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)]
+    for name, value in (
+        ("TCP_KEEPIDLE", config.tcp_keepalive_idle_s),
+        ("TCP_KEEPINTVL", config.tcp_keepalive_interval_s),
+        ("TCP_KEEPCNT", config.tcp_keepalive_count),
+    ):
+        if hasattr(socket, name):
+            options.append((socket.IPPROTO_TCP, getattr(socket, name), value))
+
+    def factory(addr_info: tuple[Any, ...]) -> socket.socket:
+        family, sock_type, proto = addr_info[0], addr_info[1], addr_info[2]
+        sock = socket.socket(family=family, type=sock_type, proto=proto)
+        try:
+            for level, option, value in options:
+                sock.setsockopt(level, option, value)
+        except OSError:
+            # Keep-alive is an optimisation; a platform refusing an option must not fail the call.
+            logger.debug("could not set TCP keep-alive options", exc_info=True)
+        return sock
+
+    return factory
+
+
+@lru_cache(maxsize=256)
+def _client_timeout(total_s: float, connect_s: float) -> aiohttp.ClientTimeout:
+    # sock_connect, not connect: aiohttp's "connect" also counts time queued for a pooled connection.
+    return aiohttp.ClientTimeout(total=total_s, sock_connect=connect_s)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Bodies, cookies and errors
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def _orjson_default(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json", exclude_unset=True)
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serialisable")
+
+
+def dumps(value: Any) -> bytes:
+    """Serialise a request body with orjson; pydantic models (also nested) are dumped with ``exclude_unset=True``."""
+    if isinstance(value, BaseModel):
+        value = value.model_dump(mode="json", exclude_unset=True)
+    return orjson.dumps(value, default=_orjson_default)
+
+
+async def response_json(resp: aiohttp.ClientResponse) -> Any:
+    """Parse a response body with orjson (several times faster than ``resp.json()`` on large model outputs)."""
+    return orjson.loads(await resp.read())
+
+
+def cookies_from(resp: aiohttp.ClientResponse) -> dict[str, str]:
+    """Return the cookies a response set, as a plain dict to pass as ``cookies=`` to the next call.
+
+    Values are kept exactly as the server encoded them, so sending them back is byte-for-byte what it issued.
+    """
+    return {name: morsel.coded_value for name, morsel in resp.cookies.items()}
+
+
+def raise_for_status(
+    resp: aiohttp.ClientResponse, server_name: str | None = None, url_path: str | None = None
+) -> aiohttp.ClientResponse:
+    """Raise :class:`ServerRequestError` for a non-2xx response, else return it (so calls can be chained).
+
+    The message names the server, path, status and the start of the body, which is usually the server's own
+    explanation of what went wrong.
+    """
+    status = resp.status
+    if 200 <= status < 300:
+        return resp
+    target = _describe_target(resp.url, server_name)
+    path = url_path or resp.url.path
+    snippet = _snippet(resp._body)  # request() always reads the body before returning
+    message = f"{resp.method} {path} to {target} returned HTTP {status} {resp.reason or ''}".rstrip()
+    if snippet:
+        message += f": {snippet}"
+    raise ServerRequestError(message, server=target, url_path=path, status=status, attempts=1, body_snippet=snippet)
+
+
+def _describe_target(url: str | URL, server_name: str | None) -> str:
+    try:
+        parsed = url if isinstance(url, URL) else URL(url)
+        host_port = f"{parsed.host}:{parsed.port}" if parsed.host else str(url)
+    except (TypeError, ValueError):
+        host_port = str(url)
+    return f"server '{server_name}' ({host_port})" if server_name else host_port
+
+
+def _path_of(url: str | URL, url_path: str | None) -> str:
+    if url_path:
+        return url_path
+    try:
+        return (url if isinstance(url, URL) else URL(url)).path or "/"
+    except (TypeError, ValueError):
+        return str(url)
+
+
+def _snippet(body: bytes | None) -> str:
+    if not body:
+        return ""
+    text = body[: _SNIPPET_CHARS * 4].decode("utf-8", errors="replace")
+    text = " ".join(text.split())
+    return text if len(text) <= _SNIPPET_CHARS else text[:_SNIPPET_CHARS] + "..."
+
+
+def _build_headers(
+    headers: Mapping[str, str] | None, cookies: Mapping[str, str] | None, is_json: bool
+) -> Mapping[str, str] | None:
+    if not cookies:
+        if headers is None:
+            return _JSON_HEADERS if is_json else None
+        if not is_json:
+            return headers
+    merged: dict[str, str] = dict(_JSON_HEADERS) if is_json else {}
+    if headers:
+        merged.update(headers)
+    if cookies:
+        cookie_header = _cookie_header(cookies)
+        existing = next((key for key in merged if key.lower() == "cookie"), None)
+        if existing is None:
+            merged["Cookie"] = cookie_header
+        else:
+            merged[existing] = f"{merged[existing]}; {cookie_header}"
+    return merged
+
+
+def _cookie_header(cookies: Mapping[str, str]) -> str:
+    # Sent verbatim (as a browser echoes Set-Cookie values); only characters that would break the header are refused.
+    parts = []
+    for name, value in cookies.items():
+        if any(bad in name or bad in value for bad in (";", "\r", "\n")) or "=" in name:
+            raise ValueError(f"cookie {name!r} contains a character that cannot be sent in a Cookie header")
+        parts.append(f"{name}={value}")
+    return "; ".join(parts)
+
+
+def _retry_after_s(resp: aiohttp.ClientResponse) -> float | None:
+    value = resp.headers.get("Retry-After")
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        seconds = (when - datetime.now(UTC)).total_seconds()
+    return max(0.0, seconds) if math.isfinite(seconds) else None
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# request()
+# --------------------------------------------------------------------------------------------------------------------
+
+_CONNECTION_ERRORS: Final = (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)
+
+
+async def request(
+    method: str,
+    url: str | URL,
+    *,
+    json: Any = None,
+    data: bytes | None = None,
+    headers: Mapping[str, str] | None = None,
+    cookies: Mapping[str, str] | None = None,
+    server_name: str | None = None,
+    url_path: str | None = None,
+    config: TransportConfig | None = None,
+    retry: bool | None = None,
+) -> aiohttp.ClientResponse:
+    """Send one HTTP request through the shared pool and return the response with its body already read.
+
+    Because the body is read, the connection is back in the pool on return and ``await resp.json()``,
+    ``await resp.text()`` or :func:`response_json` work afterwards.
+
+    Args:
+        method: HTTP method.
+        url: Full URL, e.g. ``http://127.0.0.1:8000/verify``.
+        json: Body to send as JSON (any orjson-serialisable value or a pydantic model). Exclusive with ``data``.
+        data: A body already serialised, sent as is.
+        headers: Extra request headers.
+        cookies: Cookies to send on this call only (the session stores none); see :func:`cookies_from`.
+        server_name: Name of the target server instance, used in error messages.
+        url_path: Path used in error messages (defaults to the URL's path).
+        config: Timeouts and retry budget for this call (default: :func:`get_default_config`).
+        retry: ``False`` makes exactly one attempt and returns any status untouched. Otherwise (the default)
+            connection errors and 429/502/503/504 are retried up to ``config.max_attempts`` with capped, fully
+            jittered exponential backoff, honouring ``Retry-After`` on 429/503.
+
+    Returns:
+        The response. Statuses other than the retryable ones are returned untouched, including 4xx and 500; use
+        :func:`raise_for_status` when they are errors for the caller.
+
+    Raises:
+        ServerRequestError: a connection error or retryable status persisted through every attempt, the next
+            backoff would pass the deadline, or aiohttp failed in another way (malformed response, bad URL).
+        ServerTimeoutError: the deadline (``total_timeout_s``) passed, or connecting timed out on the last attempt.
+    """
+    if json is not None and data is not None:
+        raise ValueError("pass either json= or data=, not both")
+    cfg = config if config is not None else _default_config
+    body = dumps(json) if json is not None else data
+    request_headers = _build_headers(headers, cookies, json is not None)
+    max_attempts = 1 if retry is False else cfg.max_attempts
+    loop = asyncio.get_running_loop()
+    session = _session_for(loop)
+    deadline = loop.time() + cfg.total_timeout_s
+    timeout = _client_timeout(cfg.total_timeout_s, cfg.connect_timeout_s)
+
+    attempt = 0
+    while True:
+        attempt += 1
+        failure: aiohttp.ClientResponse | BaseException
+        try:
+            resp = await session.request(method, url, data=body, headers=request_headers, timeout=timeout)
+        except aiohttp.ConnectionTimeoutError as exc:
+            # Nothing was sent, so this is safe to retry like any other connection failure.
+            failure = exc
+        except aiohttp.ClientSSLError as exc:
+            # A certificate or TLS mismatch will not fix itself between attempts.
+            raise _request_error(method, url, server_name, url_path, attempt, exc) from exc
+        except _CONNECTION_ERRORS as exc:
+            # Refused, reset, or closed before any response arrived.
+            failure = exc
+        except TimeoutError as exc:
+            # The request may have reached the server: retrying could run it twice.
+            raise _timeout_error(method, url, server_name, url_path, cfg.total_timeout_s, attempt, exc) from exc
+        except aiohttp.ClientError as exc:
+            raise _request_error(method, url, server_name, url_path, attempt, exc) from exc
+        else:
+            try:
+                # Reading to EOF hands the connection back to the pool (read() closes it on failure). Not
+                # `async with`: that marks the response released and makes a later `await resp.read()` raise.
+                await resp.read()
+            except TimeoutError as exc:
+                raise _timeout_error(method, url, server_name, url_path, cfg.total_timeout_s, attempt, exc) from exc
+            except aiohttp.ClientError as exc:
+                # The server already answered, so it acted on the request: never retried.
+                raise _request_error(method, url, server_name, url_path, attempt, exc) from exc
+            if retry is False or resp.status not in RETRYABLE_STATUSES:
+                return resp
+            failure = resp
+
+        if attempt >= max_attempts:
+            raise _final_error(method, url, server_name, url_path, cfg, attempt, failure, "")
+        delay = _backoff_s(cfg, attempt, failure)
+        remaining = deadline - loop.time()
+        if delay >= remaining:
+            note = f"; gave up: the next retry (in {delay:.2f} s) would pass the {cfg.total_timeout_s:g} s deadline"
+            raise _final_error(method, url, server_name, url_path, cfg, attempt, failure, note)
+        logger.debug(
+            "retrying %s %s (attempt %d/%d) in %.3f s after %s",
+            method,
+            _path_of(url, url_path),
+            attempt + 1,
+            max_attempts,
+            delay,
+            _describe_failure(failure),
+        )
+        await asyncio.sleep(delay)
+        # Later attempts get only what is left of the deadline.
+        timeout = aiohttp.ClientTimeout(total=max(deadline - loop.time(), 0.001), sock_connect=cfg.connect_timeout_s)
+
+
+def _backoff_s(cfg: TransportConfig, attempt: int, failure: aiohttp.ClientResponse | BaseException) -> float:
+    if isinstance(failure, aiohttp.ClientResponse) and failure.status in _RETRY_AFTER_STATUSES:
+        retry_after = _retry_after_s(failure)
+        if retry_after is not None:
+            # A little jitter on top keeps many rollouts told "retry in 1 s" from returning in the same instant.
+            return min(retry_after, cfg.retry_after_cap_s) + random.uniform(0.0, cfg.backoff_base_s)
+    bound = min(cfg.backoff_cap_s, cfg.backoff_base_s * (2 ** (attempt - 1)))
+    return random.uniform(0.0, bound)
+
+
+def _describe_failure(failure: aiohttp.ClientResponse | BaseException) -> str:
+    if isinstance(failure, aiohttp.ClientResponse):
+        return f"HTTP {failure.status} {failure.reason or ''}".rstrip()
+    return f"{type(failure).__name__}: {failure}"
+
+
+def _final_error(
+    method: str,
+    url: str | URL,
+    server_name: str | None,
+    url_path: str | None,
+    cfg: TransportConfig,
+    attempts: int,
+    failure: aiohttp.ClientResponse | BaseException,
+    note: str,
+) -> TransportError:
+    target = _describe_target(url, server_name)
+    path = _path_of(url, url_path)
+    plural = "s" if attempts != 1 else ""
+    if isinstance(failure, aiohttp.ConnectionTimeoutError):
+        message = (
+            f"{method} {path} to {target} could not connect within {cfg.connect_timeout_s:g} s "
+            f"(connect_timeout_s) after {attempts} attempt{plural}{note}"
+        )
+        error: TransportError = ServerTimeoutError(
+            message, server=target, url_path=path, timeout_s=cfg.connect_timeout_s, attempts=attempts
+        )
+        error.__cause__ = failure
+        return error
+    status: int | None = None
+    snippet = ""
+    if isinstance(failure, aiohttp.ClientResponse):
+        status = failure.status
+        snippet = _snippet(failure._body)
+    message = f"{method} {path} to {target} failed after {attempts} attempt{plural}: {_describe_failure(failure)}"
+    if snippet:
+        message += f": {snippet}"
+    message += note
+    error = ServerRequestError(
+        message, server=target, url_path=path, status=status, attempts=attempts, body_snippet=snippet
+    )
+    if isinstance(failure, BaseException):
+        error.__cause__ = failure
+    return error
+
+
+def _timeout_error(
+    method: str,
+    url: str | URL,
+    server_name: str | None,
+    url_path: str | None,
+    total_timeout_s: float,
+    attempts: int,
+    exc: BaseException,
+) -> ServerTimeoutError:
+    target = _describe_target(url, server_name)
+    path = _path_of(url, url_path)
+    message = (
+        f"{method} {path} to {target} timed out: no complete response within the {total_timeout_s:g} s deadline "
+        f"(total_timeout_s, attempt {attempts}); not retried because the server may have processed it"
+    )
+    return ServerTimeoutError(message, server=target, url_path=path, timeout_s=total_timeout_s, attempts=attempts)
+
+
+def _request_error(
+    method: str, url: str | URL, server_name: str | None, url_path: str | None, attempts: int, exc: BaseException
+) -> ServerRequestError:
+    target = _describe_target(url, server_name)
+    path = _path_of(url, url_path)
+    message = f"{method} {path} to {target} failed (not retried): {type(exc).__name__}: {exc}"
+    return ServerRequestError(message, server=target, url_path=path, attempts=attempts)
