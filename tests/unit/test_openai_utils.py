@@ -62,7 +62,8 @@ def materialize(value: Any) -> Any:
 
 def through_sdk_typeddict(typeddict: Any, body: dict[str, Any]) -> dict[str, Any]:
     """Validate `body` as an SDK request TypedDict; TypedDicts drop unknown keys, so equality means all keys known."""
-    return materialize(TypeAdapter(typeddict).validate_python(body))
+    adapter = TypeAdapter(typeddict)  # must outlive the lazy iterators it returns
+    return materialize(adapter.validate_python(body))
 
 
 def full_responses_params() -> dict[str, Any]:
@@ -416,7 +417,7 @@ def test_chat_params_are_strict(change: dict[str, Any]) -> None:
 
 def test_chat_params_route_assistant_with_tokens_to_training_variant() -> None:
     params = NeMoGymChatCompletionCreateParamsNonStreaming.model_validate(
-        {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a", **TOKENS}]}
+        {"model": "m", "messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a", **TOKENS}]}
     )
     assert type(params.messages[1]) is NeMoGymChatCompletionAssistantMessageForTrainingParam
     body = params.model_dump(exclude_unset=True)

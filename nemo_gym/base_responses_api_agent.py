@@ -1,0 +1,43 @@
+"""Agent servers: the loop that drives a model against an environment's tools and asks for a reward.
+
+``/v1/responses`` runs the loop for one set of create params and returns the final Responses object (so an agent can
+stand in for a model); ``/run`` takes a whole dataset row, seeds the environment's session, runs the loop and returns
+the verified row with its ``reward``.
+"""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, Request, Response
+
+from nemo_gym.base_resources_server import BaseRunRequest, BaseVerifyResponse
+from nemo_gym.config_types import AggregateMetrics, AggregateMetricsRequest, BaseRunServerInstanceConfig
+from nemo_gym.metrics import aggregate_verify_responses
+from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParamsNonStreaming
+from nemo_gym.server_utils import SimpleServer
+
+
+class BaseResponsesAPIAgentConfig(BaseRunServerInstanceConfig):
+    skip_verification: bool = False
+    skip_verification_reward: float = 0.0
+
+
+class SimpleResponsesAPIAgent(SimpleServer):
+    config: BaseResponsesAPIAgentConfig
+
+    def setup_webserver(self) -> FastAPI:
+        app = super().setup_webserver()
+        app.post("/v1/responses")(self.responses)
+        app.post("/run")(self.run)
+        app.post("/aggregate_metrics")(self.aggregate_metrics)
+        return app
+
+    async def responses(
+        self, request: Request, response: Response, body: NeMoGymResponseCreateParamsNonStreaming
+    ) -> NeMoGymResponse:
+        raise NotImplementedError(f"{type(self).__name__} must implement responses()")
+
+    async def run(self, request: Request, body: BaseRunRequest) -> BaseVerifyResponse:
+        raise NotImplementedError(f"{type(self).__name__} must implement run()")
+
+    async def aggregate_metrics(self, body: AggregateMetricsRequest) -> AggregateMetrics:
+        return aggregate_verify_responses(body.verify_responses)

@@ -1,0 +1,38 @@
+"""Model servers: adapters that expose any LLM backend as ``/v1/responses`` and ``/v1/chat/completions``.
+
+Subclasses implement ``responses()`` and ``chat_completions()``; bodies are validated strictly, so a malformed
+request is a 422 naming the bad field rather than an error deep in the backend.
+"""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+
+from nemo_gym.config_types import BaseRunServerInstanceConfig
+from nemo_gym.openai_utils import (
+    NeMoGymChatCompletion,
+    NeMoGymChatCompletionCreateParamsNonStreaming,
+    NeMoGymResponse,
+    NeMoGymResponseCreateParamsNonStreaming,
+)
+from nemo_gym.server_utils import SimpleServer
+
+
+class BaseResponsesAPIModelConfig(BaseRunServerInstanceConfig):
+    pass
+
+
+class SimpleResponsesAPIModel(SimpleServer):
+    config: BaseResponsesAPIModelConfig
+
+    def setup_webserver(self) -> FastAPI:
+        app = super().setup_webserver()
+        app.post("/v1/responses")(self.responses)
+        app.post("/v1/chat/completions")(self.chat_completions)
+        return app
+
+    async def responses(self, body: NeMoGymResponseCreateParamsNonStreaming) -> NeMoGymResponse:
+        raise NotImplementedError(f"{type(self).__name__} must implement responses()")
+
+    async def chat_completions(self, body: NeMoGymChatCompletionCreateParamsNonStreaming) -> NeMoGymChatCompletion:
+        raise NotImplementedError(f"{type(self).__name__} must implement chat_completions()")

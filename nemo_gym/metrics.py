@@ -1,0 +1,118 @@
+"""Metrics over verified rollouts: summary statistics, per-task groups, and pass@k / majority@k helpers.
+
+Environments call these from their ``/aggregate_metrics`` (or override it); the keys are flat strings such as
+``mean/reward`` so they can be logged to W&B or MLflow as they are.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import Counter, defaultdict
+from collections.abc import Hashable, Iterable, Sequence
+from typing import Any
+
+from nemo_gym.config_types import AggregateMetrics
+
+TASK_INDEX_KEY_NAME = "_ng_task_index"
+ROLLOUT_INDEX_KEY_NAME = "_ng_rollout_index"
+_SKIPPED_FIELDS = {TASK_INDEX_KEY_NAME, ROLLOUT_INDEX_KEY_NAME, "_ng_attempt_index"}
+
+
+def numeric_fields(row: dict[str, Any]) -> dict[str, float]:
+    """Top-level numbers of a verify response (booleans count as 0/1), plus token usage of its response."""
+    values: dict[str, float] = {}
+    for key, value in row.items():
+        if key in _SKIPPED_FIELDS or key.startswith("_ng_"):
+            continue
+        if isinstance(value, bool) or isinstance(value, (int, float)) and math.isfinite(value):
+            values[key] = float(value)
+    usage = (row.get("response") or {}).get("usage") if isinstance(row.get("response"), dict) else None
+    if isinstance(usage, dict):
+        for key in ("input_tokens", "output_tokens", "total_tokens"):
+            if isinstance(usage.get(key), (int, float)):
+                values[f"usage/{key}"] = float(usage[key])
+    return values
+
+
+def summarize(values: Sequence[float], name: str) -> dict[str, float]:
+    """mean, max, min, median and (population) std of one field."""
+    if not values:
+        return {}
+    return {
+        f"mean/{name}": statistics.fmean(values),
+        f"max/{name}": max(values),
+        f"min/{name}": min(values),
+        f"median/{name}": statistics.median(values),
+        f"std/{name}": statistics.pstdev(values) if len(values) > 1 else 0.0,
+    }
+
+
+def summarize_rows(rows: Iterable[dict[str, Any]]) -> dict[str, float]:
+    columns: dict[str, list[float]] = defaultdict(list)
+    for row in rows:
+        for key, value in numeric_fields(row).items():
+            columns[key].append(value)
+    result: dict[str, float] = {}
+    for name in sorted(columns):
+        result |= summarize(columns[name], name)
+    return result
+
+
+def pass_at_k(num_samples: int, num_correct: int, k: int) -> float:
+    """Unbiased pass@k estimator: 1 - C(n-c, k) / C(n, k) (the probability that k draws include a success)."""
+    if not 0 < k <= num_samples:
+        raise ValueError(f"pass@k needs 0 < k <= n, got k={k}, n={num_samples}")
+    if num_samples - num_correct < k:
+        return 1.0
+    return 1.0 - math.comb(num_samples - num_correct, k) / math.comb(num_samples, k)
+
+
+def majority_at_k(answers: Sequence[Hashable], rewards: Sequence[float], k: int) -> float:
+    """Reward of the most common answer among the first k (ties broken by first occurrence); None answers ignored."""
+    pairs = [(a, r) for a, r in list(zip(answers, rewards, strict=True))[:k] if a is not None]
+    if not pairs:
+        return 0.0
+    counts = Counter(a for a, _ in pairs)
+    best = max(counts.values())
+    winner = next(a for a, _ in pairs if counts[a] == best)
+    return next(r for a, r in pairs if a == winner)
+
+
+def group_by_task(rows: Iterable[dict[str, Any]]) -> dict[int, list[dict[str, Any]]]:
+    groups: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        groups[int(row.get(TASK_INDEX_KEY_NAME, 0))].append(row)
+    return dict(sorted(groups.items()))
+
+
+def pass_metrics(groups: dict[int, list[dict[str, Any]]], success_threshold: float = 1.0) -> dict[str, float]:
+    """pass@k for k = 1, 2, 4, … up to the smallest group size, and pass@1[avg-of-k], averaged over tasks."""
+    if not groups:
+        return {}
+    smallest = min(len(rows) for rows in groups.values())
+    result: dict[str, float] = {}
+    k = 1
+    while k <= smallest:
+        result[f"pass@{k}"] = statistics.fmean(
+            pass_at_k(len(rows), sum(float(r.get("reward", 0)) >= success_threshold for r in rows), k)
+            for rows in groups.values()
+        )
+        k *= 2
+    result[f"pass@1[avg-of-{smallest}]"] = statistics.fmean(
+        statistics.fmean(float(r.get("reward", 0)) for r in rows[:smallest]) for rows in groups.values()
+    )
+    return result
+
+
+def aggregate_verify_responses(rows: list[dict[str, Any]]) -> AggregateMetrics:
+    """The default ``/aggregate_metrics``: overall statistics, pass@k, and statistics per task."""
+    groups = group_by_task(rows)
+    agent_metrics = summarize_rows(rows) | pass_metrics(groups) | {"num_rollouts": len(rows), "num_tasks": len(groups)}
+    group_level = [
+        {TASK_INDEX_KEY_NAME: task, "num_rollouts": len(task_rows)} | summarize_rows(task_rows)
+        for task, task_rows in groups.items()
+    ]
+    key_names = ("mean/reward", "pass@1", *(k for k in agent_metrics if k.startswith("pass@1[")))
+    key_metrics = {name: agent_metrics[name] for name in key_names if name in agent_metrics}
+    return AggregateMetrics(agent_metrics=agent_metrics, key_metrics=key_metrics, group_level_metrics=group_level)

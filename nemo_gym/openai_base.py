@@ -1,0 +1,92 @@
+"""Bases shared by the Responses (`openai_utils`) and Chat Completions (`openai_chat_utils`) schemas.
+
+Kept separate so the two schema modules can both import them without importing each other in a cycle.
+"""
+
+from typing import Any, Literal, Self
+
+from pydantic import BaseModel, ConfigDict, model_validator
+
+TOKEN_ID_FIELDS: tuple[str, str, str] = ("prompt_token_ids", "generation_token_ids", "generation_log_probs")
+"""Fields a training item carries; all three or none."""
+
+ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
+
+
+def get_field(value: Any, key: str) -> Any:
+    """Read `key` from a raw dict or a built model: validators and converters see both shapes."""
+    if isinstance(value, dict):
+        return value.get(key)
+    return getattr(value, key, None)
+
+
+def has_token_id_information(value: Any) -> bool:
+    """True if a dict or model carries any (non-null) token field, i.e. it must be a ForTraining variant."""
+    return any(get_field(value, key) is not None for key in TOKEN_ID_FIELDS)
+
+
+def _drop_unknown_null_fields(model: type[BaseModel], data: Any) -> Any:
+    """Remove keys the model does not declare whose value is null: they carry no information, and newer `openai`
+    SDKs dump every optional field they know as null, so keeping them would break strict models and bloat dumps."""
+    if isinstance(data, dict) and any(value is None and key not in model.model_fields for key, value in data.items()):
+        return {key: value for key, value in data.items() if value is not None or key in model.model_fields}
+    return data
+
+
+class NeMoGymStrictModel(BaseModel):
+    """Base for wire items and request parts: unknown keys are errors, unless their value is null.
+
+    Tolerating exactly the null ones keeps round-trips through any SDK version working, while a real unknown value
+    (a typo, a wrong item shape) still fails validation.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def drop_unknown_null_fields(cls, data: Any) -> Any:
+        return _drop_unknown_null_fields(cls, data)
+
+
+class NeMoGymLenientModel(BaseModel):
+    """Base for response envelopes: like the SDK, keep unknown keys (provider additions must survive a pass-through),
+    but drop unknown null ones so an SDK round-trip does not grow the object."""
+
+    model_config = ConfigDict(extra="allow")
+
+    @model_validator(mode="before")
+    @classmethod
+    def drop_unknown_null_fields(cls, data: Any) -> Any:
+        return _drop_unknown_null_fields(cls, data)
+
+
+class TokenIDLogProbMixin(BaseModel):
+    """Token-level record of one generation, needed by RL trainers to compute policy gradients.
+
+    Mix in *before* the item class so these fields dump last. A partial record is useless to a trainer (and usually a
+    bug upstream), so the three fields are all-or-nothing.
+    """
+
+    prompt_token_ids: list[int]
+    generation_token_ids: list[int]
+    generation_log_probs: list[float]
+
+    @model_validator(mode="before")
+    @classmethod
+    def require_all_token_fields(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            missing = [key for key in TOKEN_ID_FIELDS if data.get(key) is None]
+            if missing and len(missing) < len(TOKEN_ID_FIELDS):
+                raise ValueError(
+                    f"{', '.join(TOKEN_ID_FIELDS)} must be given together (all or none); missing: {', '.join(missing)}"
+                )
+        return data
+
+    @model_validator(mode="after")
+    def check_generation_lengths(self) -> Self:
+        if len(self.generation_token_ids) != len(self.generation_log_probs):
+            raise ValueError(
+                f"generation_token_ids ({len(self.generation_token_ids)}) and generation_log_probs "
+                f"({len(self.generation_log_probs)}) must have the same length"
+            )
+        return self

@@ -1,0 +1,496 @@
+"""Translate between the Responses API (what every NeMo Gym server speaks) and Chat Completions (what open-model
+engines such as vLLM speak), so any Chat Completions endpoint can back a Responses model server.
+
+Two conventions make the round trip lossless enough for RL:
+* reasoning travels inside assistant text as `<think>...</think>` spans (one span per reasoning summary), which is how
+  reasoning models' chat templates expect past turns and how their raw output looks;
+* consecutive model-generated items (reasoning, assistant text, tool calls) collapse into one Chat assistant message,
+  and the token ids of a generation ride on that message (`return_token_id_information`) so trainers see exactly what
+  was sampled.
+"""
+
+import re
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from nemo_gym.openai_utils import (
+    TOKEN_ID_FIELDS,
+    NeMoGymChatCompletion,
+    NeMoGymChatCompletionCreateParamsNonStreaming,
+    NeMoGymChatCompletionMessage,
+    NeMoGymChatCompletionMessageForTraining,
+    NeMoGymCompletionUsage,
+    NeMoGymIncompleteDetails,
+    NeMoGymResponse,
+    NeMoGymResponseCreateParamsNonStreaming,
+    NeMoGymResponseFunctionToolCall,
+    NeMoGymResponseFunctionToolCallForTraining,
+    NeMoGymResponseInputTokensDetails,
+    NeMoGymResponseOutputMessage,
+    NeMoGymResponseOutputMessageForTraining,
+    NeMoGymResponseOutputText,
+    NeMoGymResponseOutputTokensDetails,
+    NeMoGymResponseReasoningItem,
+    NeMoGymResponseReasoningItemForTraining,
+    NeMoGymResponseUsage,
+    NeMoGymSummary,
+    NeMoGymToolChoiceFunction,
+    get_field,
+    has_token_id_information,
+)
+
+THINK_PATTERN = re.compile(r"<think>(.*?)</think>", re.DOTALL)
+"""One reasoning span in model text; non-greedy so several spans stay separate."""
+
+MODEL_GENERATED_ITEM_TYPES: frozenset[str] = frozenset(
+    {
+        "reasoning",
+        "function_call",
+        "custom_tool_call",
+        "mcp_call",
+        "mcp_list_tools",
+        "mcp_approval_request",
+        "web_search_call",
+        "file_search_call",
+        "computer_call",
+        "code_interpreter_call",
+        "image_generation_call",
+        "local_shell_call",
+        "shell_call",
+        "apply_patch_call",
+        "tool_search_call",
+    }
+)
+"""Item types only a model produces: the first one marks where a replayed prompt ends and sampling began."""
+
+INCOMPLETE_FINISH_REASONS: frozenset[str] = frozenset({"length", "content_filter"})
+"""Chat finish reasons that mean the generation was cut off, so the agent loop must stop."""
+
+RESPONSE_ECHO_FIELDS: tuple[str, ...] = (
+    "background",
+    "instructions",
+    "max_output_tokens",
+    "max_tool_calls",
+    "metadata",
+    "parallel_tool_calls",
+    "previous_response_id",
+    "prompt",
+    "reasoning",
+    "service_tier",
+    "temperature",
+    "text",
+    "tool_choice",
+    "tools",
+    "top_logprobs",
+    "top_p",
+    "truncation",
+    "user",
+)
+"""Request parameters a Response repeats back, as the OpenAI API does."""
+
+_TRAINING_VARIANTS: dict[type, type] = {
+    NeMoGymResponseOutputMessage: NeMoGymResponseOutputMessageForTraining,
+    NeMoGymResponseFunctionToolCall: NeMoGymResponseFunctionToolCallForTraining,
+    NeMoGymResponseReasoningItem: NeMoGymResponseReasoningItemForTraining,
+}
+
+ChatMessage = dict[str, Any]
+OutputItem = NeMoGymResponseOutputMessage | NeMoGymResponseFunctionToolCall | NeMoGymResponseReasoningItem
+
+
+def _new_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex}"
+
+
+def _item_type(item: Any) -> str:
+    """An item's type; easy messages may omit it."""
+    return get_field(item, "type") or "message"
+
+
+def _is_assistant_side(item: Any) -> bool:
+    item_type = _item_type(item)
+    return item_type in ("reasoning", "function_call") or (
+        item_type == "message" and get_field(item, "role") == "assistant"
+    )
+
+
+def split_responses_input_output_items(items: Sequence[Any]) -> tuple[list[Any], list[Any]]:
+    """Split a trajectory into (prompt items, generated items) at the first assistant message or model-generated item.
+
+    Trainers need this boundary: everything before it was given to the model, everything from it on was sampled (or
+    is a tool result interleaved with sampled turns).
+    """
+    for index, item in enumerate(items):
+        item_type = _item_type(item)
+        if item_type in MODEL_GENERATED_ITEM_TYPES or (
+            item_type == "message" and get_field(item, "role") == "assistant"
+        ):
+            return list(items[:index]), list(items[index:])
+    return list(items), []
+
+
+@dataclass
+class _AssistantTurn:
+    """Model-generated items waiting to become one Chat assistant message."""
+
+    thinking: list[str] = field(default_factory=list)
+    text: list[str] = field(default_factory=list)
+    refusals: list[str] = field(default_factory=list)
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    token_information: dict[str, Any] | None = None
+    has_items: bool = False
+
+
+class ResponsesConverter:
+    """Converts Responses requests to Chat Completions requests, and Chat Completions results back to Responses.
+
+    `return_token_id_information`: carry token ids found on input items onto the Chat assistant messages (training).
+    `uses_reasoning_parser`: the model emits `<think>` spans, which are split out into reasoning items.
+    """
+
+    def __init__(self, return_token_id_information: bool = False, uses_reasoning_parser: bool = True) -> None:
+        self.return_token_id_information = return_token_id_information
+        self.uses_reasoning_parser = uses_reasoning_parser
+
+    # ------------------------------------------------------------------------------------------------------------------
+    # Responses -> Chat Completions
+    # ------------------------------------------------------------------------------------------------------------------
+
+    def responses_to_chat_completion_create_params(
+        self, params: NeMoGymResponseCreateParamsNonStreaming | Mapping[str, Any]
+    ) -> NeMoGymChatCompletionCreateParamsNonStreaming:
+        """Build the Chat request; only fields that carry meaning are set, so `model_dump(exclude_unset=True)` is
+        the exact body to send."""
+        if not isinstance(params, NeMoGymResponseCreateParamsNonStreaming):
+            params = NeMoGymResponseCreateParamsNonStreaming.model_validate(params)
+
+        body: dict[str, Any] = {"messages": self.responses_input_to_chat_messages(params.input, params.instructions)}
+        if params.model is not None:
+            body["model"] = params.model
+        if params.max_output_tokens is not None:
+            body["max_tokens"] = params.max_output_tokens
+        if params.temperature is not None:
+            body["temperature"] = params.temperature
+        if params.top_p is not None:
+            body["top_p"] = params.top_p
+        if params.reasoning is not None and params.reasoning.effort is not None:
+            body["reasoning_effort"] = params.reasoning.effort
+        if params.metadata is not None:
+            body["metadata"] = params.metadata  # model servers read per-request extras (e.g. extra_body) from here
+        if params.text is not None and params.text.format is not None:
+            response_format = _chat_response_format(params.text.format)
+            if response_format is not None:
+                body["response_format"] = response_format
+
+        if params.tools:
+            body["tools"] = [
+                {
+                    "type": "function",
+                    "function": {
+                        key: value
+                        for key, value in (
+                            ("name", tool.name),
+                            ("description", tool.description),
+                            ("parameters", tool.parameters),
+                        )
+                        if value is not None
+                    },
+                }
+                for tool in params.tools
+            ]
+            body["tool_choice"] = _chat_tool_choice(params.tool_choice)
+            body["parallel_tool_calls"] = params.parallel_tool_calls
+        elif params.tool_choice == "required" or isinstance(params.tool_choice, NeMoGymToolChoiceFunction):
+            raise ValueError(f"tool_choice={params.tool_choice!r} requires at least one tool, but `tools` is empty")
+        # Without tools, tool_choice and parallel_tool_calls are dropped: several engines reject them then.
+
+        return NeMoGymChatCompletionCreateParamsNonStreaming.model_validate(body)
+
+    def responses_input_to_chat_messages(
+        self, input_: str | Sequence[Any], instructions: str | None = None
+    ) -> list[ChatMessage]:
+        """Walk Responses input items in order and emit Chat messages (plain dicts, validated by the caller)."""
+        items: list[Any] = [{"role": "user", "content": input_}] if isinstance(input_, str) else list(input_)
+        messages: list[ChatMessage] = []
+
+        if instructions is not None:
+            # One leading system message: instructions first, then any system/developer messages that open the input.
+            system_texts = [instructions]
+            while (
+                items and _item_type(items[0]) == "message" and get_field(items[0], "role") in ("system", "developer")
+            ):
+                system_texts.append(_plain_text(get_field(items.pop(0), "content")))
+            messages.append({"role": "system", "content": "\n\n".join(system_texts)})
+
+        turn = _AssistantTurn()
+        for item in items:
+            item_type = _item_type(item)
+            if _is_assistant_side(item):
+                if turn.token_information is not None:
+                    # A training item ends its generation; what follows came from a later model call.
+                    turn = self._flush(turn, messages)
+                self._add_to_turn(turn, item, item_type)
+            elif item_type == "message":
+                turn = self._flush(turn, messages)
+                role = get_field(item, "role")
+                messages.append({"role": role, "content": _chat_content(get_field(item, "content"), role)})
+            elif item_type == "function_call_output":
+                turn = self._flush(turn, messages)
+                messages.append(
+                    {
+                        "role": "tool",
+                        "tool_call_id": get_field(item, "call_id"),
+                        "content": _tool_content(get_field(item, "output")),
+                    }
+                )
+            else:
+                raise NotImplementedError(
+                    f"Responses input item type {item_type!r} has no Chat Completions equivalent. Remove it from the "
+                    "input, or use a model server that speaks the Responses API natively."
+                )
+        self._flush(turn, messages)
+        return messages
+
+    def _add_to_turn(self, turn: _AssistantTurn, item: Any, item_type: str) -> None:
+        turn.has_items = True
+        if item_type == "reasoning":
+            # Summaries are where `<think>` text lands; raw reasoning `content` is the fallback some servers use.
+            parts = get_field(item, "summary") or get_field(item, "content") or []
+            turn.thinking.extend(f"<think>{get_field(part, 'text')}</think>" for part in parts)
+        elif item_type == "function_call":
+            turn.tool_calls.append(
+                {
+                    "id": get_field(item, "call_id"),
+                    "type": "function",
+                    "function": {"name": get_field(item, "name"), "arguments": get_field(item, "arguments")},
+                }
+            )
+        else:
+            content = get_field(item, "content")
+            if isinstance(content, str):
+                turn.text.append(content)
+            else:
+                for part in content:
+                    part_type = get_field(part, "type")
+                    if part_type in ("output_text", "input_text"):
+                        turn.text.append(get_field(part, "text"))
+                    elif part_type == "refusal":
+                        turn.refusals.append(get_field(part, "refusal"))
+                    else:
+                        raise NotImplementedError(f"Assistant content part {part_type!r} cannot be sent as Chat text")
+        if has_token_id_information(item):
+            turn.token_information = {key: get_field(item, key) for key in TOKEN_ID_FIELDS}
+
+    def _flush(self, turn: _AssistantTurn, messages: list[ChatMessage]) -> _AssistantTurn:
+        """Emit the buffered assistant message (if any) and return a fresh buffer."""
+        if not turn.has_items:
+            return turn
+        content = "".join(turn.thinking) + "".join(turn.text)
+        message: ChatMessage = {"role": "assistant", "content": content}
+        if turn.tool_calls:
+            message["tool_calls"] = turn.tool_calls
+            message["content"] = content or None
+        if turn.refusals:
+            message["refusal"] = "".join(turn.refusals)
+        if self.return_token_id_information and turn.token_information is not None:
+            message.update(turn.token_information)
+        messages.append(message)
+        return _AssistantTurn()
+
+    # ------------------------------------------------------------------------------------------------------------------
+    # Chat Completions -> Responses
+    # ------------------------------------------------------------------------------------------------------------------
+
+    def chat_completion_message_to_output_items(
+        self,
+        message: NeMoGymChatCompletionMessage | Mapping[str, Any],
+        status: Literal["completed", "incomplete"] = "completed",
+    ) -> list[OutputItem]:
+        """Reasoning item (from `<think>` spans), then a message (if text remains or nothing else was produced), then
+        one function call per tool call. With token fields on `message`, the last item becomes its ForTraining
+        variant: it closes the generation those tokens describe."""
+        if isinstance(message, Mapping):
+            message_cls = (
+                NeMoGymChatCompletionMessageForTraining
+                if has_token_id_information(message)
+                else NeMoGymChatCompletionMessage
+            )
+            message = message_cls.model_validate(message)
+
+        text = message.content or ""
+        items: list[OutputItem] = []
+        if self.uses_reasoning_parser:
+            spans = THINK_PATTERN.findall(text)
+            text = THINK_PATTERN.sub("", text)
+            if spans:
+                items.append(
+                    NeMoGymResponseReasoningItem(
+                        id=_new_id("rs"), summary=[NeMoGymSummary(text=span) for span in spans], status=status
+                    )
+                )
+
+        tool_calls = message.tool_calls or []
+        if text.strip() or (not items and not tool_calls):
+            items.append(
+                NeMoGymResponseOutputMessage(
+                    id=_new_id("msg"), content=[NeMoGymResponseOutputText(text=text)], status=status
+                )
+            )
+        for tool_call in tool_calls:
+            items.append(
+                NeMoGymResponseFunctionToolCall(
+                    call_id=tool_call.id,
+                    id=tool_call.id,
+                    name=tool_call.function.name,
+                    arguments=tool_call.function.arguments,
+                    status=status,
+                )
+            )
+
+        if has_token_id_information(message):
+            last = items[-1]
+            token_information = {key: get_field(message, key) for key in TOKEN_ID_FIELDS}
+            items[-1] = _TRAINING_VARIANTS[type(last)].model_validate({**last.model_dump(), **token_information})
+        return items
+
+    def chat_completion_to_response(
+        self,
+        params: NeMoGymResponseCreateParamsNonStreaming | Mapping[str, Any],
+        chat_completion: NeMoGymChatCompletion | Mapping[str, Any],
+    ) -> NeMoGymResponse:
+        """Wrap the first choice of a Chat completion as a Response that echoes the request parameters."""
+        if not isinstance(params, NeMoGymResponseCreateParamsNonStreaming):
+            params = NeMoGymResponseCreateParamsNonStreaming.model_validate(params)
+        if not isinstance(chat_completion, NeMoGymChatCompletion):
+            chat_completion = NeMoGymChatCompletion.model_validate(chat_completion)
+        if not chat_completion.choices:
+            raise ValueError(f"Chat completion {chat_completion.id!r} has no choices to convert")
+
+        choice = chat_completion.choices[0]
+        incomplete = choice.finish_reason in INCOMPLETE_FINISH_REASONS
+        return NeMoGymResponse(
+            id=_new_id("resp"),
+            created_at=chat_completion.created,
+            model=chat_completion.model,
+            output=self.chat_completion_message_to_output_items(
+                choice.message, status="incomplete" if incomplete else "completed"
+            ),
+            status="incomplete" if incomplete else "completed",
+            incomplete_details=NeMoGymIncompleteDetails(reason="max_output_tokens") if incomplete else None,
+            usage=_responses_usage(chat_completion.usage),
+            **{name: getattr(params, name) for name in RESPONSE_ECHO_FIELDS},
+        )
+
+
+VLLMConverter = ResponsesConverter
+"""Older name, kept so code written against it keeps working."""
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Helpers
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def _plain_text(content: Any) -> str:
+    """Text of a system/developer message; such messages cannot carry media in Chat Completions."""
+    if isinstance(content, str):
+        return content
+    texts = []
+    for part in content:
+        part_type = get_field(part, "type")
+        if part_type not in ("input_text", "output_text"):
+            raise NotImplementedError(f"Content part {part_type!r} is not allowed in a system or developer message")
+        texts.append(get_field(part, "text"))
+    return "".join(texts)
+
+
+def _chat_content(content: Any, role: str) -> str | list[dict[str, Any]]:
+    """Responses message content -> Chat content (string, or list of text / image_url / video_url parts)."""
+    if isinstance(content, str):
+        return content
+    if role in ("system", "developer"):
+        return [{"type": "text", "text": _plain_text([part])} for part in content]
+    parts: list[dict[str, Any]] = []
+    for part in content:
+        part_type = get_field(part, "type")
+        if part_type in ("input_text", "output_text"):
+            parts.append({"type": "text", "text": get_field(part, "text")})
+        elif part_type == "input_image":
+            url = get_field(part, "image_url")
+            if url is None:
+                raise NotImplementedError("input_image by file_id cannot be sent to Chat Completions; pass image_url")
+            parts.append({"type": "image_url", "image_url": {"url": url, "detail": get_field(part, "detail")}})
+        elif part_type == "input_video":
+            parts.append({"type": "video_url", "video_url": {"url": get_field(part, "video_url")}})
+        else:
+            raise NotImplementedError(f"Content part {part_type!r} has no Chat Completions equivalent")
+    return parts
+
+
+def _tool_content(output: Any) -> str | list[dict[str, Any]]:
+    """function_call_output.output -> Chat tool content; tool messages only carry text."""
+    if isinstance(output, str):
+        return output
+    parts = []
+    for part in output:
+        part_type = get_field(part, "type")
+        if part_type != "input_text":
+            raise NotImplementedError(f"function_call_output part {part_type!r} cannot be sent as a Chat tool message")
+        parts.append({"type": "text", "text": get_field(part, "text")})
+    return parts
+
+
+def _chat_tool_choice(tool_choice: Any) -> Any:
+    if isinstance(tool_choice, NeMoGymToolChoiceFunction):
+        return {"type": "function", "function": {"name": tool_choice.name}}
+    return tool_choice
+
+
+def _chat_response_format(text_format: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Responses `text.format` -> Chat `response_format`; plain text needs no format."""
+    format_type = text_format.get("type")
+    if format_type == "json_schema":
+        schema = {key: value for key, value in text_format.items() if key != "type"}
+        return {"type": "json_schema", "json_schema": schema}
+    if format_type == "json_object":
+        return {"type": "json_object"}
+    return None
+
+
+def _first_int(*candidates: Any) -> int:
+    """First integer among provider-specific spellings of the same counter; 0 when none reports it."""
+    return next((value for value in candidates if isinstance(value, int)), 0)
+
+
+def _responses_usage(usage: NeMoGymCompletionUsage | None) -> NeMoGymResponseUsage | None:
+    """Chat usage -> Responses usage, looking cached / reasoning counts up under the aliases providers use."""
+    if usage is None:
+        return None
+    prompt_details = usage.prompt_tokens_details
+    completion_details = usage.completion_tokens_details
+    cached = _first_int(
+        get_field(prompt_details, "cached_tokens"),
+        get_field(usage, "cached_tokens"),
+        get_field(usage, "prompt_cache_hit_tokens"),
+    )
+    reasoning = _first_int(get_field(completion_details, "reasoning_tokens"), get_field(usage, "reasoning_tokens"))
+    return NeMoGymResponseUsage(
+        input_tokens=usage.prompt_tokens,
+        input_tokens_details=NeMoGymResponseInputTokensDetails(cached_tokens=cached),
+        output_tokens=usage.completion_tokens,
+        output_tokens_details=NeMoGymResponseOutputTokensDetails(reasoning_tokens=reasoning),
+        total_tokens=usage.total_tokens,
+    )
+
+
+__all__ = [
+    "INCOMPLETE_FINISH_REASONS",
+    "MODEL_GENERATED_ITEM_TYPES",
+    "RESPONSE_ECHO_FIELDS",
+    "THINK_PATTERN",
+    "ResponsesConverter",
+    "VLLMConverter",
+    "split_responses_input_output_items",
+]

@@ -1,0 +1,295 @@
+"""What every server process shares: reaching other servers by name, sessions, and running the web server.
+
+``ServerClient`` turns an instance name into ``http://host:port`` using the resolved global config and sends the
+request through the pooled transport (:mod:`nemo_gym.servers.http_client`). ``SimpleServer`` is the base of the three
+server kinds; ``run_webserver()`` is what an implementation's ``app.py`` calls under ``if __name__ == "__main__"``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import logging
+import os
+import secrets
+import socket
+import sys
+import urllib.error
+import urllib.request
+from typing import Any
+
+import aiohttp
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from omegaconf import DictConfig, OmegaConf
+from pydantic import BaseModel, ConfigDict
+
+from nemo_gym.config.ports import LISTEN_FD_ENV_VAR
+from nemo_gym.config_types import (
+    SERVER_TYPES,
+    BaseRunServerInstanceConfig,
+    BaseServerConfig,
+    ConfigError,
+)
+from nemo_gym.global_config import (
+    DEFAULT_HEAD_SERVER_PORT,
+    DEFAULT_HOST,
+    NEMO_GYM_CONFIG_PATH_ENV_VAR_NAME,
+    get_global_config_dict,
+    maybe_get_global_config_dict,
+)
+from nemo_gym.servers import http_client
+from nemo_gym.servers.http_client import TransportError, raise_for_status, response_json
+
+logger = logging.getLogger(__name__)
+
+SESSION_ID_KEY = "session_id"
+HEAD_SERVER_URL_ENV_VAR = "NEMO_GYM_HEAD_SERVER_URL"
+
+__all__ = [
+    "SESSION_ID_KEY",
+    "BaseServer",
+    "ServerClient",
+    "SimpleServer",
+    "get_response_json",
+    "raise_for_status",
+]
+
+
+async def get_response_json(response: aiohttp.ClientResponse) -> Any:
+    """The JSON body of a response returned by :class:`ServerClient` (already read, parsed with orjson)."""
+    return await response_json(response)
+
+
+class ServerClient(BaseModel):
+    """Calls any server of the running config by instance name: ``await client.post("my_agent", "/run", json=row)``."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    head_server_config: BaseServerConfig
+    global_config_dict: DictConfig
+
+    @classmethod
+    def load_from_global_config(cls, head_server_config: BaseServerConfig | None = None) -> ServerClient:
+        """A client for the servers this process knows of.
+
+        Inside a server (or a command that composed a config) the global config is already here. An outside script
+        asks the head server for it (``NEMO_GYM_HEAD_SERVER_URL``, default ``http://127.0.0.1:11000``).
+        """
+        config = maybe_get_global_config_dict()
+        if config is not None and head_server_config is None:
+            head = config.get("head_server") or {}
+            head_server_config = BaseServerConfig(
+                host=head.get("host", DEFAULT_HOST), port=head.get("port", DEFAULT_HEAD_SERVER_PORT)
+            )
+            return cls(head_server_config=head_server_config, global_config_dict=config)
+        if head_server_config is None:
+            url = os.environ.get(HEAD_SERVER_URL_ENV_VAR, f"http://{DEFAULT_HOST}:{DEFAULT_HEAD_SERVER_PORT}")
+            host, _, port = url.removeprefix("http://").rstrip("/").rpartition(":")
+            head_server_config = BaseServerConfig(host=host, port=int(port))
+        return cls(
+            head_server_config=head_server_config, global_config_dict=fetch_config_from_head_server(head_server_config)
+        )
+
+    def server_base_url(self, server_name: str) -> str:
+        block = self.global_config_dict.get(server_name)
+        server_type = next((t for t in SERVER_TYPES if isinstance(block, DictConfig) and t in block), None)
+        if server_type is None:
+            names = [
+                k
+                for k, v in self.global_config_dict.items()
+                if isinstance(v, DictConfig) and set(v) & set(SERVER_TYPES)
+            ]
+            close = difflib.get_close_matches(server_name, names, n=3, cutoff=0.5)
+            hint = f" Did you mean: {', '.join(close)}?" if close else f" Known servers: {', '.join(names) or 'none'}."
+            raise ConfigError(f"no server named {server_name!r} in the config.{hint}")
+        inner = next(iter(block[server_type].values()))
+        return f"http://{inner.host}:{inner.port}"
+
+    async def request(self, method: str, server_name: str, url_path: str, **kwargs: Any) -> aiohttp.ClientResponse:
+        url = self.server_base_url(server_name) + url_path
+        return await http_client.request(method, url, server_name=server_name, url_path=url_path, **kwargs)
+
+    async def post(self, server_name: str, url_path: str, json: Any = None, **kwargs: Any) -> aiohttp.ClientResponse:
+        return await self.request("POST", server_name, url_path, json=json, **kwargs)
+
+    async def get(self, server_name: str, url_path: str, **kwargs: Any) -> aiohttp.ClientResponse:
+        return await self.request("GET", server_name, url_path, **kwargs)
+
+
+def fetch_config_from_head_server(head: BaseServerConfig, timeout_s: float = 10.0) -> DictConfig:
+    url = f"http://{head.host}:{head.port}/global_config_dict_yaml"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            body = json.loads(response.read())
+    except (urllib.error.URLError, OSError) as e:
+        raise ConfigError(
+            f"cannot reach the head server at {head.host}:{head.port} ({e}). Start the servers with `gym env start`, "
+            f"or set {HEAD_SERVER_URL_ENV_VAR}"
+        ) from e
+    return OmegaConf.create(body if isinstance(body, str) else json.dumps(body))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Sessions
+
+
+class SessionCookieMiddleware:
+    """Gives every client a session id, carried in a cookie named after this server instance.
+
+    The id is exposed as ``request.session["session_id"]``. Each server has its own cookie name, so one cookie jar (an
+    agent threading cookies through a rollout) carries the sessions of several servers at once. Ids are random
+    128-bit tokens; a cookie that is not one is replaced.
+    """
+
+    def __init__(self, app: Any, cookie_name: str) -> None:
+        self.app = app
+        self.cookie_name = cookie_name
+        self._prefix = f"{cookie_name}=".encode()
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        session_id = self._read_cookie(scope)
+        is_new = session_id is None
+        if is_new:
+            session_id = secrets.token_hex(16)
+        scope["session"] = {SESSION_ID_KEY: session_id}
+        if not is_new:
+            await self.app(scope, receive, send)
+            return
+        cookie = f"{self.cookie_name}={session_id}; Path=/; HttpOnly; SameSite=Lax".encode()
+
+        async def send_with_cookie(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                message.setdefault("headers", [])
+                message["headers"] = [*message["headers"], (b"set-cookie", cookie)]
+            await send(message)
+
+        await self.app(scope, receive, send_with_cookie)
+
+    def _read_cookie(self, scope: dict) -> str | None:
+        for name, value in scope.get("headers", ()):
+            if name != b"cookie":
+                continue
+            for part in value.split(b";"):
+                part = part.strip()
+                if part.startswith(self._prefix):
+                    candidate = part[len(self._prefix) :].decode("latin-1")
+                    if len(candidate) == 32 and all(c in "0123456789abcdef" for c in candidate):
+                        return candidate
+        return None
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Servers
+
+
+class BaseServer(BaseModel):
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    config: BaseRunServerInstanceConfig
+
+
+class SimpleServer(BaseServer):
+    """Base of model, resources and agent servers: a FastAPI app with sessions, a health route and error handling."""
+
+    server_client: ServerClient
+
+    def setup_webserver(self) -> FastAPI:
+        """Build the app. Subclasses call ``super().setup_webserver()`` and add their routes."""
+        return self.create_app()
+
+    @property
+    def session_cookie_name(self) -> str:
+        return f"{type(self).__name__}___{self.config.name}"
+
+    def create_app(self) -> FastAPI:
+        app = FastAPI(title=f"{type(self).__name__} ({self.config.name})")
+        self.setup_session_middleware(app)
+        app.get("/")(self._health)
+        server_name = self.config.name
+
+        @app.exception_handler(TransportError)
+        async def _inner_server_failed(request: Request, error: TransportError) -> JSONResponse:
+            logger.warning("%s %s: %s", server_name, request.url.path, error)
+            return JSONResponse(status_code=502, content={"error": str(error), "server": server_name})
+
+        @app.exception_handler(Exception)
+        async def _unexpected(request: Request, error: Exception) -> JSONResponse:
+            logger.exception("%s %s failed", server_name, request.url.path)
+            return JSONResponse(
+                status_code=500,
+                content={"error": f"{type(error).__name__}: {error}", "server": server_name, "path": request.url.path},
+            )
+
+        return app
+
+    def setup_session_middleware(self, app: FastAPI) -> None:
+        if not getattr(app.state, "has_session_middleware", False):
+            app.add_middleware(SessionCookieMiddleware, cookie_name=self.session_cookie_name)
+            app.state.has_session_middleware = True
+
+    async def _health(self) -> dict[str, str]:
+        return {"status": "ok"}
+
+    @classmethod
+    def load_config(cls, name: str, global_config: DictConfig) -> BaseRunServerInstanceConfig:
+        """This class's config for instance ``name``: the implementation block plus ``name``."""
+        block = global_config.get(name)
+        server_type = next((t for t in SERVER_TYPES if isinstance(block, DictConfig) and t in block), None)
+        if server_type is None:
+            raise ConfigError(f"server instance {name!r} is not in the config handed to this process")
+        inner = OmegaConf.to_container(next(iter(block[server_type].values())), resolve=True)
+        config_type = cls.model_fields["config"].annotation
+        return config_type.model_validate({**inner, "name": name})
+
+    @classmethod
+    def run_webserver(cls) -> None:
+        """Serve this server class as the instance named by ``NEMO_GYM_CONFIG_PATH`` (set by the launcher)."""
+        logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stdout)
+        global_config = get_global_config_dict()
+        name = os.environ.get(NEMO_GYM_CONFIG_PATH_ENV_VAR_NAME)
+        if not name:
+            raise ConfigError(f"{NEMO_GYM_CONFIG_PATH_ENV_VAR_NAME} is not set: start servers with `gym env start`")
+        if global_config.get("verbose"):
+            logging.getLogger().setLevel(logging.DEBUG)
+        config = cls.load_config(name, global_config)
+        server = cls(config=config, server_client=ServerClient.load_from_global_config())
+        app = server.setup_webserver()
+        if global_config.get("dry_run"):
+            return
+        raise_open_file_limit()
+        fd = os.environ.get(LISTEN_FD_ENV_VAR)
+        uvicorn_config = uvicorn.Config(
+            app,
+            fd=int(fd) if fd else None,
+            host=config.host,
+            port=config.port or 0,
+            log_level="debug" if global_config.get("verbose") else "info",
+            access_log=bool(global_config.get("uvicorn_access_log", False)),
+            timeout_keep_alive=30,
+            backlog=4096,
+            lifespan="on",
+        )
+        server_process = uvicorn.Server(uvicorn_config)
+        if fd:  # uvicorn logs "0.0.0.0:0" for an inherited socket; say where we really listen
+            sock = socket.socket(fileno=int(fd))
+            logger.info("%s listening on http://%s:%s", name, *sock.getsockname()[:2])
+            sock.detach()
+        server_process.run()
+
+
+def raise_open_file_limit(target: int = 65535) -> None:
+    """Thousands of concurrent rollouts need thousands of sockets; lift the soft limit toward the hard one."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        wanted = target if hard == resource.RLIM_INFINITY else min(target, hard)
+        if soft < wanted:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+    except (ImportError, ValueError, OSError):  # not on this platform, or not allowed: keep the current limit
+        pass

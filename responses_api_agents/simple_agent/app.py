@@ -1,0 +1,167 @@
+"""simple_agent: seed the environment's session, loop model -> tools until a final answer, then verify.
+
+One rollout = ``/seed_session`` → (``/v1/responses`` on the model, then one ``/<tool>`` call per function call) × up to
+``max_steps`` → ``/verify``. The loop ends when a model turn has an assistant message and no function call, when the
+model's response is incomplete (e.g. it ran out of tokens), or after ``max_steps`` model calls, so a model that only
+ever reasons cannot loop forever. A bad tool call (unparseable arguments, unknown tool, a tool error) becomes a
+``function_call_output`` the model can read and react to; a failing model or verifier fails the rollout.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import orjson
+from fastapi import Request, Response
+from fastapi.responses import ORJSONResponse
+from pydantic import Field
+
+from nemo_gym.base_resources_server import BaseRunRequest
+from nemo_gym.base_responses_api_agent import BaseResponsesAPIAgentConfig, SimpleResponsesAPIAgent
+from nemo_gym.config_types import AggregateMetrics, AggregateMetricsRequest, ModelServerRef, ResourcesServerRef
+from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParamsNonStreaming
+from nemo_gym.servers.http_client import TransportError, cookies_from, raise_for_status, response_json
+
+RESERVED_ROUTES = frozenset({"seed_session", "verify", "aggregate_metrics", "reverify_mode"})
+_TOOL_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
+_MAX_TOOL_OUTPUT_ERROR_CHARS = 2000
+
+
+class SimpleAgentConfig(BaseResponsesAPIAgentConfig):
+    resources_server: ResourcesServerRef
+    model_server: ModelServerRef
+    max_steps: int = Field(default=10, ge=1)
+    """Most model calls in one rollout."""
+
+
+class SimpleAgent(SimpleResponsesAPIAgent):
+    config: SimpleAgentConfig
+
+    async def responses(
+        self, request: Request, response: Response, body: NeMoGymResponseCreateParamsNonStreaming
+    ) -> NeMoGymResponse:
+        cookies = dict(request.cookies)
+        final = await self.run_loop(body.model_dump(mode="json", exclude_unset=True), cookies)
+        for name, value in cookies.items():
+            if request.cookies.get(name) != value:
+                response.set_cookie(name, value)
+        return NeMoGymResponse.model_validate(final)
+
+    async def run(self, request: Request, body: BaseRunRequest) -> ORJSONResponse:
+        row = body.model_dump(mode="json", exclude_unset=True)
+        cookies = dict(request.cookies)
+        resources = self.config.resources_server.name
+        seeded = await self.server_client.post(resources, "/seed_session", json=row, cookies=cookies)
+        raise_for_status(seeded, resources, "/seed_session")
+        cookies.update(cookies_from(seeded))
+
+        final = await self.run_loop(row["responses_create_params"], cookies)
+        if self.config.skip_verification:
+            return ORJSONResponse(
+                row | {"response": final, "reward": self.config.skip_verification_reward, "verification_skipped": True}
+            )
+        verified = await self.server_client.post(resources, "/verify", json=row | {"response": final}, cookies=cookies)
+        raise_for_status(verified, resources, "/verify")
+        return ORJSONResponse(await response_json(verified))
+
+    async def aggregate_metrics(self, body: AggregateMetricsRequest) -> AggregateMetrics:
+        """Metric logic lives with the environment: ask the resources server."""
+        resources = self.config.resources_server.name
+        answer = await self.server_client.post(resources, "/aggregate_metrics", json=body)
+        raise_for_status(answer, resources, "/aggregate_metrics")
+        return AggregateMetrics.model_validate(await response_json(answer))
+
+    async def run_loop(self, params: dict[str, Any], cookies: dict[str, str]) -> dict[str, Any]:
+        """Run the tool loop for one set of create params; returns the final Responses object as a dict.
+
+        Its ``output`` holds every item produced after the original input (model items and tool outputs, in order)
+        and its ``usage`` sums all model calls. ``cookies`` is updated in place with every server's session cookie.
+        """
+        original_input = params.get("input", [])
+        if isinstance(original_input, str):
+            original_input = [{"role": "user", "content": original_input, "type": "message"}]
+        model = self.config.model_server.name
+        new_outputs: list[dict[str, Any]] = []
+        usage: dict[str, Any] | None = None
+        last: dict[str, Any] = {}
+        for _ in range(self.config.max_steps):
+            answer = await self.server_client.post(
+                model, "/v1/responses", json=params | {"input": original_input + new_outputs}, cookies=cookies
+            )
+            raise_for_status(answer, model, "/v1/responses")
+            cookies.update(cookies_from(answer))
+            last = await response_json(answer)
+            outputs = last.get("output") or []
+            new_outputs.extend(outputs)
+            usage = _add_usage(usage, last.get("usage"))
+            if last.get("status") == "incomplete" or last.get("incomplete_details"):
+                break
+            calls = [item for item in outputs if item.get("type") == "function_call"]
+            has_message = any(item.get("type") == "message" and item.get("role") == "assistant" for item in outputs)
+            if not calls and has_message:
+                break
+            for call in calls:
+                output = await self.call_tool(call, cookies)
+                new_outputs.append({"type": "function_call_output", "call_id": call.get("call_id"), "output": output})
+        return last | {"output": new_outputs, "usage": usage}
+
+    async def call_tool(self, call: dict[str, Any], cookies: dict[str, str]) -> str:
+        """Run one function call on the resources server; every failure becomes text the model can read."""
+        name = str(call.get("name", ""))
+        if not _TOOL_NAME.match(name) or name in RESERVED_ROUTES:
+            return _error(f"Unknown tool {name!r}.")
+        try:
+            arguments = orjson.loads(call.get("arguments") or "{}")
+        except orjson.JSONDecodeError as e:
+            return _error(f"Invalid tool call arguments for {name!r}: {e}")
+        if not isinstance(arguments, dict):
+            return _error(f"Invalid tool call arguments for {name!r}: expected a JSON object")
+        resources = self.config.resources_server.name
+        try:
+            answer = await self.server_client.post(resources, f"/{name}", json=arguments, cookies=cookies)
+        except TransportError as e:
+            return _error(f"Tool {name!r} could not be reached: {e}")
+        cookies.update(cookies_from(answer))
+        text = await answer.text()
+        if answer.status == 404:
+            return _error(f"Unknown tool {name!r}.")
+        if answer.status == 422:
+            return _error(f"Invalid arguments for tool {name!r}: {_validation_detail(text)}")
+        if answer.status >= 400:
+            return _error(f"Tool {name!r} failed (HTTP {answer.status}): {text[:_MAX_TOOL_OUTPUT_ERROR_CHARS]}")
+        return text
+
+
+def _error(message: str) -> str:
+    return orjson.dumps({"error": message}).decode()
+
+
+def _validation_detail(text: str) -> str:
+    """FastAPI's 422 body, shortened to 'field: problem' pairs."""
+    try:
+        detail = orjson.loads(text).get("detail")
+    except (orjson.JSONDecodeError, AttributeError):
+        return text[:_MAX_TOOL_OUTPUT_ERROR_CHARS]
+    if not isinstance(detail, list):
+        return str(detail)[:_MAX_TOOL_OUTPUT_ERROR_CHARS]
+    return "; ".join(
+        f"{'.'.join(str(p) for p in item.get('loc', [])[1:]) or 'arguments'}: {item.get('msg')}" for item in detail
+    )
+
+
+def _add_usage(total: dict[str, Any] | None, usage: dict[str, Any] | None) -> dict[str, Any] | None:
+    if not usage:
+        return total
+    if total is None:
+        return orjson.loads(orjson.dumps(usage))
+    for key in ("input_tokens", "output_tokens", "total_tokens"):
+        total[key] = (total.get(key) or 0) + (usage.get(key) or 0)
+    for details, field in (("input_tokens_details", "cached_tokens"), ("output_tokens_details", "reasoning_tokens")):
+        if isinstance(usage.get(details), dict) and isinstance(total.get(details), dict):
+            total[details][field] = (total[details].get(field) or 0) + (usage[details].get(field) or 0)
+    return total
+
+
+if __name__ == "__main__":
+    SimpleAgent.run_webserver()
