@@ -16,14 +16,17 @@ import socket
 import sys
 import urllib.error
 import urllib.request
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import aiohttp
+import orjson
 import uvicorn
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from omegaconf import DictConfig, OmegaConf
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from nemo_gym.config.ports import LISTEN_FD_ENV_VAR
 from nemo_gym.config_types import (
@@ -53,8 +56,14 @@ __all__ = [
     "ServerClient",
     "SimpleServer",
     "get_response_json",
+    "json_response",
     "raise_for_status",
 ]
+
+
+def json_response(content: Any, status_code: int = 200) -> Response:
+    """A JSON response serialized with orjson, for hot paths that build plain dicts (no response-model pass)."""
+    return Response(content=orjson.dumps(content), status_code=status_code, media_type="application/json")
 
 
 async def get_response_json(response: aiohttp.ClientResponse) -> Any:
@@ -187,6 +196,12 @@ class SessionCookieMiddleware:
 # Servers
 
 
+@asynccontextmanager
+async def _close_client_on_shutdown(app: FastAPI) -> AsyncIterator[None]:
+    yield
+    await http_client.close_session()
+
+
 class BaseServer(BaseModel):
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
@@ -207,7 +222,7 @@ class SimpleServer(BaseServer):
         return f"{type(self).__name__}___{self.config.name}"
 
     def create_app(self) -> FastAPI:
-        app = FastAPI(title=f"{type(self).__name__} ({self.config.name})")
+        app = FastAPI(title=f"{type(self).__name__} ({self.config.name})", lifespan=_close_client_on_shutdown)
         self.setup_session_middleware(app)
         app.get("/")(self._health)
         server_name = self.config.name
@@ -216,6 +231,11 @@ class SimpleServer(BaseServer):
         async def _inner_server_failed(request: Request, error: TransportError) -> JSONResponse:
             logger.warning("%s %s: %s", server_name, request.url.path, error)
             return JSONResponse(status_code=502, content={"error": str(error), "server": server_name})
+
+        @app.exception_handler(ValidationError)
+        async def _invalid_body(request: Request, error: ValidationError) -> JSONResponse:
+            detail = [{"loc": list(e["loc"]), "msg": e["msg"], "type": e["type"]} for e in error.errors()]
+            return JSONResponse(status_code=422, content={"detail": detail})
 
         @app.exception_handler(Exception)
         async def _unexpected(request: Request, error: Exception) -> JSONResponse:

@@ -14,13 +14,13 @@ from typing import Any
 
 import orjson
 from fastapi import Request, Response
-from fastapi.responses import ORJSONResponse
 from pydantic import Field
 
 from nemo_gym.base_resources_server import BaseRunRequest
 from nemo_gym.base_responses_api_agent import BaseResponsesAPIAgentConfig, SimpleResponsesAPIAgent
 from nemo_gym.config_types import AggregateMetrics, AggregateMetricsRequest, ModelServerRef, ResourcesServerRef
 from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParamsNonStreaming
+from nemo_gym.server_utils import json_response
 from nemo_gym.servers.http_client import TransportError, cookies_from, raise_for_status, response_json
 
 RESERVED_ROUTES = frozenset({"seed_session", "verify", "aggregate_metrics", "reverify_mode"})
@@ -48,7 +48,7 @@ class SimpleAgent(SimpleResponsesAPIAgent):
                 response.set_cookie(name, value)
         return NeMoGymResponse.model_validate(final)
 
-    async def run(self, request: Request, body: BaseRunRequest) -> ORJSONResponse:
+    async def run(self, request: Request, body: BaseRunRequest) -> Response:
         row = body.model_dump(mode="json", exclude_unset=True)
         cookies = dict(request.cookies)
         resources = self.config.resources_server.name
@@ -58,12 +58,12 @@ class SimpleAgent(SimpleResponsesAPIAgent):
 
         final = await self.run_loop(row["responses_create_params"], cookies)
         if self.config.skip_verification:
-            return ORJSONResponse(
+            return json_response(
                 row | {"response": final, "reward": self.config.skip_verification_reward, "verification_skipped": True}
             )
         verified = await self.server_client.post(resources, "/verify", json=row | {"response": final}, cookies=cookies)
         raise_for_status(verified, resources, "/verify")
-        return ORJSONResponse(await response_json(verified))
+        return json_response(await response_json(verified))
 
     async def aggregate_metrics(self, body: AggregateMetricsRequest) -> AggregateMetrics:
         """Metric logic lives with the environment: ask the resources server."""

@@ -1,0 +1,121 @@
+"""scripted_model: a model server that replays a fixed script of outputs, instantly.
+
+For testing agent logic and for benchmarks of the framework's own overhead: a real HTTP server speaking the same
+Responses and Chat Completions API as any model server, but with no model behind it. Turn ``i`` of a rollout (``i`` =
+number of tool results already in the input) answers with ``script[i]``; past the end of the script it repeats the
+last turn. Replies are stateless, so any number of concurrent rollouts can share one server.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from typing import Any
+
+import orjson
+from fastapi import Request, Response
+from pydantic import Field
+
+from nemo_gym.base_responses_api_model import BaseResponsesAPIModelConfig, SimpleResponsesAPIModel
+from nemo_gym.openai_utils import NeMoGymChatCompletionCreateParamsNonStreaming, NeMoGymResponseCreateParamsNonStreaming
+from nemo_gym.server_utils import json_response
+
+DEFAULT_SCRIPT: list[list[dict[str, Any]]] = [
+    [{"type": "function_call", "name": "get_weather", "arguments": '{"city": "Paris"}'}],
+    [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "It is cold there."}]}],
+]
+
+
+class ScriptedModelConfig(BaseResponsesAPIModelConfig):
+    script: list[list[dict[str, Any]]] = Field(default_factory=lambda: DEFAULT_SCRIPT)
+    """Output items per turn; ids, call ids and statuses are filled in."""
+    model_name: str = "scripted"
+
+
+class ScriptedModel(SimpleResponsesAPIModel):
+    config: ScriptedModelConfig
+
+    def model_post_init(self, context: Any) -> None:
+        self._ids = itertools.count()
+
+    def _turn(self, finished_tool_calls: int) -> list[dict[str, Any]]:
+        return self.config.script[min(finished_tool_calls, len(self.config.script) - 1)]
+
+    async def responses(self, request: Request) -> Response:
+        """Replies to a Responses request (validated like any model server's input)."""
+        body = NeMoGymResponseCreateParamsNonStreaming.model_validate_json(await request.body())
+        items = body.input if isinstance(body.input, list) else []
+        finished = sum(1 for item in items if getattr(item, "type", None) == "function_call_output")
+        number = next(self._ids)
+        output = [_complete_item(item, number, i) for i, item in enumerate(self._turn(finished))]
+        input_tokens = len(orjson.dumps(body.model_dump(mode="json", exclude_unset=True)["input"])) // 4
+        output_tokens = sum(len(orjson.dumps(item)) for item in output) // 4
+        return json_response(
+            {
+                "id": f"resp_{number}",
+                "object": "response",
+                "created_at": int(time.time()),
+                "model": self.config.model_name,
+                "status": "completed",
+                "output": output,
+                "parallel_tool_calls": body.parallel_tool_calls,
+                "tool_choice": body.tool_choice if isinstance(body.tool_choice, str) else "auto",
+                "tools": [tool.model_dump(mode="json") for tool in body.tools],
+                "temperature": body.temperature,
+                "top_p": body.top_p,
+                "usage": {
+                    "input_tokens": input_tokens,
+                    "input_tokens_details": {"cached_tokens": 0},
+                    "output_tokens": output_tokens,
+                    "output_tokens_details": {"reasoning_tokens": 0},
+                    "total_tokens": input_tokens + output_tokens,
+                },
+            }
+        )
+
+    async def chat_completions(self, request: Request) -> Response:
+        body = NeMoGymChatCompletionCreateParamsNonStreaming.model_validate_json(await request.body())
+        finished = sum(1 for message in body.messages if getattr(message, "role", None) == "tool")
+        number = next(self._ids)
+        text_parts: list[str] = []
+        tool_calls: list[dict[str, Any]] = []
+        for i, item in enumerate(self._turn(finished)):
+            if item.get("type") == "function_call":
+                call_id = item.get("call_id") or f"call_{number}_{i}"
+                tool_calls.append(
+                    {
+                        "id": call_id,
+                        "type": "function",
+                        "function": {"name": item["name"], "arguments": item["arguments"]},
+                    }
+                )
+            elif item.get("type") == "message":
+                text_parts.extend(part.get("text", "") for part in item.get("content", []))
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(text_parts) or None}
+        if tool_calls:
+            message["tool_calls"] = tool_calls
+        return json_response(
+            {
+                "id": f"chatcmpl_{number}",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": self.config.model_name,
+                "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if tool_calls else "stop"}],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+            }
+        )
+
+
+def _complete_item(item: dict[str, Any], number: int, index: int) -> dict[str, Any]:
+    """A script item with the fields a real model server fills in."""
+    if item.get("type") == "function_call":
+        call_id = item.get("call_id") or f"call_{number}_{index}"
+        return {"id": f"fc_{number}_{index}", "call_id": call_id, "status": "completed"} | item
+    if item.get("type") == "message":
+        content = [{"annotations": [], "logprobs": []} | part for part in item.get("content", [])]
+        return {"id": f"msg_{number}_{index}", "role": "assistant", "status": "completed"} | item | {"content": content}
+    return {"id": f"item_{number}_{index}"} | item
+
+
+if __name__ == "__main__":
+    ScriptedModel.run_webserver()
