@@ -1,6 +1,6 @@
 """Every ``gym`` command, grouped as on the command line. A command appears here only once it works."""
 
-from nemo_gym.cli.commands import catalog, env
+from nemo_gym.cli.commands import catalog, env, launch
 from nemo_gym.cli.registry import Command
 
 GROUP_HELP = {
@@ -8,4 +8,4 @@ GROUP_HELP = {
     "list": "list environments, resources servers, models and agents",
 }
 
-ALL_COMMANDS: tuple[Command, ...] = (*env.COMMANDS, *catalog.COMMANDS)
+ALL_COMMANDS: tuple[Command, ...] = (*env.COMMANDS, *launch.COMMANDS, *catalog.COMMANDS)

@@ -1,0 +1,123 @@
+"""``gym env start`` and ``gym env status``: run the servers of a config, and see what is running."""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from rich.table import Table
+
+from nemo_gym.cli.flags import CONFIG_FLAGS, JSON_FLAG, MODEL_FLAGS
+from nemo_gym.cli.output import console, print_error
+from nemo_gym.cli.registry import Command, Invocation
+from nemo_gym.global_config import parse_global_config_dict
+
+
+def start(invocation: Invocation) -> int:
+    """Start every server of the config, print where they listen, and run until Ctrl-C / SIGTERM."""
+    from nemo_gym.launcher.runner import Launcher  # imported here: fastapi/uvicorn would slow every `gym` call
+
+    config = parse_global_config_dict(invocation.overrides, reserve_ports=True, require_server_instances=True)
+    launcher = Launcher(config, echo=True)
+    with _sigterm_as_interrupt():
+        try:
+            if config.get("dry_run"):
+                launcher.prepare_only()
+                console.print("Dry run: every server's environment is ready; nothing was started.")
+                return 0
+            launcher.start()
+            console.print(launcher.banner(), markup=False)
+            launcher.wait()
+        except KeyboardInterrupt:
+            console.print("Stopping NeMo Gym servers...", markup=False)
+        finally:
+            launcher.stop()
+    console.print("NeMo Gym servers stopped.")
+    return 0
+
+
+def status(invocation: Invocation) -> int:
+    """List the servers a running ``gym env start`` reports, with a live health probe of each."""
+    from nemo_gym.launcher.status import HeadServerUnreachable, query_status
+
+    config = parse_global_config_dict(invocation.overrides)
+    head = config.get("head_server") or {}
+    host = str(head.get("host") or "127.0.0.1")
+    port = int(head.get("port") or 11000)
+    connect_host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
+    try:
+        instances = query_status(connect_host, port)
+    except HeadServerUnreachable:
+        if invocation.get("json"):
+            print(json.dumps({"head_server": f"{host}:{port}", "running": False, "servers": []}))
+        print_error(f"No NeMo Gym servers are running (no head server at {host}:{port})")
+        return 1
+    healthy = sum(1 for i in instances if i["healthy"])
+    if invocation.get("json"):
+        print(json.dumps({"head_server": f"{host}:{port}", "running": True, "servers": instances}, indent=2))
+        return 0 if healthy == len(instances) else 1
+    # Piped output is for scripts and logs: no 80-column wrapping of URLs and names.
+    console.print(_table(instances), width=None if console.is_terminal else 240)
+    console.print(f"{healthy} / {len(instances)} servers healthy (head server {host}:{port})", markup=False)
+    return 0 if healthy == len(instances) else 1
+
+
+def _table(instances: list[dict[str, Any]]) -> Table:
+    table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
+    for column in ("name", "type/impl", "url", "pid", "health"):
+        table.add_column(column, overflow="fold")
+    for instance in instances:
+        health = "[green]healthy[/green]" if instance["healthy"] else "[red]unhealthy[/red]"
+        table.add_row(
+            str(instance.get("name")),
+            f"{instance.get('server_type')}/{instance.get('implementation')}",
+            str(instance.get("url")),
+            str(instance.get("pid") or "-"),
+            health,
+        )
+    return table
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM takes the same orderly-shutdown path as Ctrl-C."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+COMMANDS = (
+    Command(
+        "env",
+        "start",
+        "start every server of a config and keep them running until Ctrl-C",
+        start,
+        CONFIG_FLAGS + MODEL_FLAGS,
+        description=(
+            "Start every server instance of the composed config (one process each, in its own uv venv unless "
+            "+shared_venv=true), wait until all answer, and run until Ctrl-C or SIGTERM. Logs go to "
+            "<results_dir>/logs/<instance>.log; the head server (+head_server.port=..., default 11000) lists them."
+        ),
+        examples=(
+            "example: gym env start --environment my_env --model gpt-4.1 --model-url https://api.openai.com/v1",
+            "example: gym env start --config my.yaml +shared_venv=true   # reuse this environment, no venv builds",
+        ),
+    ),
+    Command(
+        "env",
+        "status",
+        "list the servers of a running `gym env start` and probe their health",
+        status,
+        CONFIG_FLAGS + (JSON_FLAG,),
+        examples=("example: gym env status +head_server.port=11001",),
+    ),
+)

@@ -1,0 +1,94 @@
+"""The head server: service discovery for a running set of servers, served from a thread of the launcher.
+
+Clients only need its address (``head_server.host:port``, default ``127.0.0.1:11000``) to learn the whole topology.
+Unlike the reference design it never serves secrets: ``/global_config_dict_yaml`` is masked. Servers started by the
+launcher do not need it for secrets, they read the unmasked config from the file the launcher hands them.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI
+
+from nemo_gym.config_types import ConfigError
+
+__all__ = ["HeadServer", "bind_head_socket", "build_head_app"]
+
+
+def build_head_app(masked_config_yaml: str, server_instances: Callable[[], list[dict[str, Any]]]) -> FastAPI:
+    """The head server's routes; ``server_instances`` is called per request so pids and start times are live."""
+    app = FastAPI(title="NeMo Gym head server")
+
+    @app.get("/")
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/global_config_dict_yaml")
+    async def global_config_dict_yaml() -> str:
+        return masked_config_yaml
+
+    @app.get("/server_instances")
+    async def list_server_instances() -> list[dict[str, Any]]:
+        return server_instances()
+
+    return app
+
+
+def bind_head_socket(host: str, port: int) -> socket.socket:
+    """Bind the head server's port now, so a clash is reported before anything slow (venv builds) starts."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen(128)
+    except OSError as e:
+        sock.close()
+        raise ConfigError(
+            f"the head server cannot listen on {host}:{port} ({e.strerror or e}). Another `gym env start` may be "
+            f"running (see `gym env status`); stop it, or pick another port with +head_server.port=<port>"
+        ) from e
+    return sock
+
+
+class HeadServer:
+    """uvicorn on an already bound socket, in a daemon thread; ``stop()`` shuts it down and joins the thread."""
+
+    def __init__(self, app: FastAPI, sock: socket.socket) -> None:
+        self.sock = sock
+        self.host, self.port = sock.getsockname()[:2]
+        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=2)
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._run, name="nemo-gym-head-server", daemon=True)
+        self._error: BaseException | None = None
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    def _run(self) -> None:
+        try:
+            self._server.run(sockets=[self.sock])
+        except BaseException as e:  # reported by start(); the thread must not die silently
+            self._error = e
+
+    def start(self, timeout_s: float = 15.0) -> None:
+        self._thread.start()
+        deadline = time.monotonic() + timeout_s
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                self.stop()
+                raise ConfigError(f"the head server did not start on {self.url}: {self._error or 'timed out'}")
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+        self.sock.close()

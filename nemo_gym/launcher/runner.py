@@ -1,0 +1,557 @@
+"""Running a composed config: one process per server instance, a head server, readiness, and orderly shutdown.
+
+Order of a launch (:meth:`Launcher.start`): find every implementation directory and entrypoint (fail before anything
+slow), bind the head server's port, write the resolved config file (mode 0600, secrets included: children need them),
+start the head server, build or reuse the venvs, start the children on the sockets reserved for them at compose
+time, close the launcher's copies of those sockets, then wait until every server answers ``GET /`` with 200.
+
+A child is started as ``<venv python> <entrypoint>`` in its implementation directory with ``NEMO_GYM_CONFIG_FILE``
+(path of the config file), ``NEMO_GYM_CONFIG_PATH`` (its instance name), ``NEMO_GYM_LISTEN_FD`` (the inherited
+listening socket), ``PYTHONPATH=<impl dir>:<its root>:...`` and ``PYTHONUNBUFFERED=1``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import os
+import platform
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+from omegaconf import DictConfig, OmegaConf
+
+from nemo_gym.config import ports
+from nemo_gym.config.roots import candidate_paths, search_roots
+from nemo_gym.config.servers import find_server_instances
+from nemo_gym.config_types import ConfigError
+from nemo_gym.global_config import (
+    NEMO_GYM_CONFIG_DICT_ENV_VAR_NAME,
+    NEMO_GYM_CONFIG_FILE_ENV_VAR_NAME,
+    NEMO_GYM_CONFIG_PATH_ENV_VAR_NAME,
+    masked_config_yaml,
+    parse_global_config_dict,
+)
+from nemo_gym.launcher.head_server import HeadServer, bind_head_socket, build_head_app
+from nemo_gym.launcher.processes import LogSink, exit_code, read_lines_into, spawn, stop_process_groups
+from nemo_gym.launcher.venvs import BuildContext, VenvSpec, build_venv, shared_venv_enabled, venv_spec
+from nemo_gym.servers import http_client
+from nemo_gym.servers.http_client import TransportConfig, TransportError
+
+DEFAULT_STARTUP_TIMEOUT_S = 900.0
+"""Venv builds and model loads are slow; this bounds the whole launch, builds included."""
+SHUTDOWN_GRACE_S = 10.0
+"""Time a server gets after SIGTERM to finish in-flight requests before it is killed."""
+LOG_TAIL_LINES = 20
+_PROBE_CONFIG = TransportConfig(connect_timeout_s=2.0, total_timeout_s=3.0, max_attempts=1)
+_PROGRESS_EVERY_S = 30.0
+
+__all__ = ["Launcher", "ServerLaunchError", "ServerProcess", "running_servers"]
+
+T = TypeVar("T")
+
+
+class ServerLaunchError(ConfigError):
+    """A server could not be built, started, or kept running; the message names it and quotes its log."""
+
+
+@dataclass
+class ServerProcess:
+    """One server instance of a launch: where it lives, how it runs, and its process once started."""
+
+    name: str
+    server_type: str
+    implementation: str
+    host: str
+    port: int
+    impl_dir: Path
+    root: Path
+    entrypoint: Path
+    sink: LogSink
+    python: str | None = None
+    venv: VenvSpec | None = None
+    popen: subprocess.Popen | None = None
+    reader: threading.Thread | None = None
+    started_at: str | None = None
+    ready: bool = False
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    @property
+    def label(self) -> str:
+        return f"{self.server_type}/{self.implementation}"
+
+    def as_dict(self) -> dict[str, Any]:
+        """The entry served by the head server's ``/server_instances``."""
+        return {
+            "name": self.name,
+            "server_type": self.server_type,
+            "implementation": self.implementation,
+            "host": self.host,
+            "port": self.port,
+            "url": self.url,
+            "pid": self.popen.pid if self.popen else None,
+            "log_path": str(self.sink.path),
+            "started_at": self.started_at,
+            "ready": self.ready,
+            "dir_path": str(self.impl_dir),
+            "entrypoint": str(self.entrypoint),
+            "python": self.python,
+        }
+
+
+class Launcher:
+    """Starts every server of a resolved config and stops them all again; see the module docstring for the order.
+
+    Use :func:`running_servers` for the common start / use / stop sequence. Not reusable: one launch per object.
+    """
+
+    def __init__(
+        self,
+        config: DictConfig,
+        *,
+        echo: bool = True,
+        startup_timeout_s: float | None = None,
+        shutdown_grace_s: float = SHUTDOWN_GRACE_S,
+    ) -> None:
+        self._data: dict[str, Any] = OmegaConf.to_container(config, resolve=True)  # type: ignore[assignment]
+        self.echo = echo
+        timeout = startup_timeout_s
+        if timeout is None:
+            timeout = float(self._data.get("server_startup_timeout_seconds") or DEFAULT_STARTUP_TIMEOUT_S)
+        self.startup_timeout_s = timeout
+        self.shutdown_grace_s = shutdown_grace_s
+        self.shared_venv = shared_venv_enabled(self._data.get("shared_venv"))
+        self.results_dir = Path(self._data.get("results_dir") or "results").resolve()
+        self.cache_dir = Path(self._data.get("cache_dir") or "cache").resolve()
+        self.log_dir = self.results_dir / "logs"
+        self.config_path: Path | None = None
+        self.servers: list[ServerProcess] = []
+        self.head: HeadServer | None = None
+        self._builds: list[BuildContext] = []
+        self._stop_requested = threading.Event()
+        self._force = threading.Event()
+        self._stop_lock = threading.Lock()
+        self._stopped = False
+        self._started = False
+        self._released_ports = False
+
+    # ----------------------------------------------------------------------------------------------------------------
+    # What callers read
+
+    @property
+    def config(self) -> DictConfig:
+        """The resolved config the children received (actual head and server ports filled in)."""
+        return OmegaConf.create(self._data)
+
+    @property
+    def urls(self) -> dict[str, str]:
+        return {server.name: server.url for server in self.servers}
+
+    @property
+    def head_url(self) -> str:
+        if self.head is None:
+            raise RuntimeError("the head server is not running")
+        return self.head.url
+
+    def server_instances(self) -> list[dict[str, Any]]:
+        return [server.as_dict() for server in self.servers]
+
+    def banner(self) -> str:
+        """The "all servers ready" summary printed by ``gym env start``."""
+        width = max(len(s.name) for s in self.servers)
+        lines = [f"All {len(self.servers)} servers ready:"]
+        for s in self.servers:
+            pid = s.popen.pid if s.popen else "-"
+            lines.append(f"  {s.name:<{width}}  {s.url:<24} {s.label}  (pid {pid}, log {s.sink.path})")
+        lines.append(f"Head server: {self.head_url}   config: {self.config_path}")
+        lines.append("Press Ctrl-C to stop.")
+        return "\n".join(lines)
+
+    # ----------------------------------------------------------------------------------------------------------------
+    # Lifecycle
+
+    def start(self) -> None:
+        """Build, start and wait for every server; on any failure (or Ctrl-C) stop everything and re-raise."""
+        if self._started:
+            raise RuntimeError("a Launcher starts once; create a new one")
+        self._started = True
+        deadline = time.monotonic() + self.startup_timeout_s
+        try:
+            self._plan()
+            self._start_head_server()
+            self._prepare_interpreters(deadline)
+            self._spawn_all()
+            _run_async(lambda: self._wait_until_ready(deadline))
+        except BaseException:
+            self.stop()
+            raise
+
+    def prepare_only(self) -> None:
+        """Dry run: find every server and build (or reuse) its venv, start nothing."""
+        if self._started:
+            raise RuntimeError("a Launcher starts once; create a new one")
+        self._started = True
+        try:
+            self._plan()
+            self._prepare_interpreters(time.monotonic() + self.startup_timeout_s)
+        finally:
+            self.stop()
+
+    def wait(self, poll_s: float = 0.5) -> None:
+        """Block until :meth:`request_stop` (returns) or until a server exits (raises :class:`ServerLaunchError`)."""
+        while not self._stop_requested.wait(poll_s):
+            self.raise_for_exited(during_startup=False)
+
+    def request_stop(self) -> None:
+        """Make :meth:`wait` return (safe from any thread and from signal handlers)."""
+        self._stop_requested.set()
+
+    def raise_for_exited(self, during_startup: bool = False) -> None:
+        """Raise :class:`ServerLaunchError` naming the first server whose process has exited."""
+        for server in self.servers:
+            if server.popen is None:
+                continue
+            code = exit_code(server.popen)
+            if code is None:
+                continue
+            if server.reader is not None:
+                server.reader.join(timeout=2)  # let its last words reach the log before quoting it
+            when = "during startup" if during_startup else "unexpectedly"
+            raise ServerLaunchError(
+                f"server {server.name!r} ({server.label}) {_describe_exit(code)} {when}. {_tail_text(server.sink)}"
+            )
+
+    def stop(self) -> None:
+        """SIGTERM every server group, wait up to the grace period, SIGKILL the rest, stop the head server."""
+        with self._stop_lock:
+            if self._stopped:
+                return
+            self._stopped = True
+        self._stop_requested.set()
+        for build in self._builds:
+            build.kill_running()
+        popens = [s.popen for s in self.servers if s.popen is not None]
+        if popens:
+            with _second_signal_forces(self._force):
+                stop_process_groups(popens, self.shutdown_grace_s, self._force)
+        for server in self.servers:
+            if server.reader is not None:
+                server.reader.join(timeout=2)
+            if server.popen is not None:
+                server.sink.note(f"stopped ({_describe_exit(server.popen.returncode)})", echo=False)
+            server.sink.close()
+        if self.head is not None:
+            self.head.stop()
+        if not self._released_ports:  # failed before the children took the sockets over
+            ports.release_all()
+            self._released_ports = True
+
+    # ----------------------------------------------------------------------------------------------------------------
+    # Steps of start()
+
+    def _plan(self) -> None:
+        """Find each instance's directory and entrypoint and make sure it holds a reserved port."""
+        instances, _ = find_server_instances(self._data)
+        if not instances:
+            raise ConfigError("the config defines no server instances to start")
+        for instance in instances:
+            inner = self._data[instance.name][instance.SERVER_TYPE][instance.implementation]
+            impl_dir, root = _find_impl_dir(instance.name, instance.SERVER_TYPE, instance.implementation)
+            entrypoint = impl_dir / str(inner["entrypoint"])
+            if not entrypoint.is_file():
+                raise ConfigError(
+                    f"server {instance.name!r}: entrypoint {inner['entrypoint']!r} not found in {impl_dir}"
+                )
+            host = str(inner.get("host") or self._data.get("default_host") or "127.0.0.1")
+            reservation = ports.get_reservation(instance.name)
+            if reservation is None:  # composed without reserve_ports: take the port now
+                reservation = ports.reserve_port(instance.name, host, inner.get("port") or None)
+            inner["host"], inner["port"] = host, reservation.port
+            sink = LogSink(instance.name, self.log_dir / f"{instance.name}.log", self.echo)
+            self.servers.append(
+                ServerProcess(
+                    instance.name, instance.SERVER_TYPE, instance.implementation, host, reservation.port,
+                    impl_dir, root, entrypoint.resolve(), sink,
+                )
+            )  # fmt: skip
+
+    def _start_head_server(self) -> None:
+        head = self._data.setdefault("head_server", {})
+        host = str(head.get("host") or self._data.get("default_host") or "127.0.0.1")
+        sock = bind_head_socket(host, int(head.get("port", 11000)))
+        head["host"], head["port"] = host, sock.getsockname()[1]  # port 0 = any free port (tests)
+        self.config_path = self._write_config()
+        app = build_head_app(masked_config_yaml(self.config), self.server_instances)
+        self.head = HeadServer(app, sock)
+        self.head.start()
+
+    def _write_config(self) -> Path:
+        """The resolved config, secrets included, readable by this user only."""
+        run_root = self.results_dir / "run"
+        run_root.mkdir(parents=True, exist_ok=True)
+        stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+        attempt = 0
+        while True:
+            run_dir = run_root / (stamp if attempt == 0 else f"{stamp}-{attempt}")
+            try:
+                run_dir.mkdir(mode=0o700)
+                break
+            except FileExistsError:  # another launch of this process in the same second
+                attempt += 1
+        path = run_dir / "config.yaml"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(OmegaConf.to_yaml(self.config))
+        return path
+
+    def _prepare_interpreters(self, deadline: float) -> None:
+        """Shared mode: this interpreter for all. Otherwise one venv per implementation, built in parallel."""
+        if self.shared_venv:
+            for server in self.servers:
+                server.python = sys.executable
+                server.sink.note(f"shared venv: running with {sys.executable}")
+            return
+        python_version = str(self._data.get("python_version") or platform.python_version())
+        groups: dict[Path, list[ServerProcess]] = {}
+        for server in self.servers:
+            try:
+                server.venv = venv_spec(
+                    server.server_type, server.implementation, server.impl_dir, self.cache_dir, python_version
+                )
+            except ConfigError as e:
+                raise ConfigError(f"server {server.name!r}: {e}") from e
+            groups.setdefault(server.venv.path, []).append(server)
+        uv_cache_dir = self._data.get("uv_cache_dir")
+        verbose = bool(self._data.get("pip_install_verbose"))
+        with concurrent.futures.ThreadPoolExecutor(max_workers=min(4, len(groups))) as pool:
+            futures: dict[concurrent.futures.Future, list[ServerProcess]] = {}
+            for members in groups.values():
+                ctx = BuildContext(log=_fan_out(members), uv_cache_dir=uv_cache_dir, verbose=verbose)
+                self._builds.append(ctx)
+                futures[pool.submit(build_venv, members[0].venv, ctx)] = members  # type: ignore[arg-type]
+            try:
+                self._await_builds(futures, deadline)
+            except BaseException:
+                for build in self._builds:
+                    build.kill_running()
+                raise
+
+    def _await_builds(self, futures: dict[concurrent.futures.Future, list[ServerProcess]], deadline: float) -> None:
+        pending = set(futures)
+        while pending:
+            done, pending = concurrent.futures.wait(pending, timeout=0.5, return_when="FIRST_COMPLETED")
+            for future in done:
+                members = futures[future]
+                error = future.exception()
+                if error is not None:
+                    names = ", ".join(repr(m.name) for m in members)
+                    raise ServerLaunchError(
+                        f"server {names}: building its venv ({members[0].label}) failed: {error}. "
+                        f"{_tail_text(members[0].sink)}"
+                    ) from error
+                for member in members:
+                    member.python = str(future.result())
+            if pending and time.monotonic() > deadline:
+                members = futures[next(iter(pending))]
+                raise ServerLaunchError(
+                    f"server {members[0].name!r} did not become ready in {self.startup_timeout_s:g} s: its venv "
+                    f"({members[0].label}) was still being built. Raise +server_startup_timeout_seconds=<s>. "
+                    f"{_tail_text(members[0].sink)}"
+                )
+
+    def _spawn_all(self) -> None:
+        assert self.config_path is not None
+        for server in self.servers:
+            reservation = ports.get_reservation(server.name)
+            assert reservation is not None and server.python is not None
+            env = self._child_env(server, reservation.fileno())
+            server.sink.note(f"starting {server.python} {server.entrypoint} on {server.url}")
+            try:
+                server.popen = spawn(
+                    [server.python, str(server.entrypoint)],
+                    cwd=server.impl_dir,
+                    env=env,
+                    pass_fds=[reservation.fileno()],
+                )
+            except OSError as e:
+                raise ServerLaunchError(f"server {server.name!r}: cannot start {server.python}: {e}") from e
+            server.started_at = datetime.now(UTC).isoformat(timespec="seconds")
+            assert server.popen.stdout is not None
+            server.reader = threading.Thread(
+                target=read_lines_into,
+                args=(server.popen.stdout, [server.sink]),
+                name=f"log-{server.name}",
+                daemon=True,
+            )
+            server.reader.start()
+        # The children hold the listening sockets now; the launcher's copies would only keep ports busy after them.
+        ports.release_all()
+        self._released_ports = True
+
+    def _child_env(self, server: ServerProcess, listen_fd: int) -> dict[str, str]:
+        env = dict(os.environ)
+        env.pop(NEMO_GYM_CONFIG_DICT_ENV_VAR_NAME, None)
+        env[NEMO_GYM_CONFIG_FILE_ENV_VAR_NAME] = str(self.config_path)
+        env[NEMO_GYM_CONFIG_PATH_ENV_VAR_NAME] = server.name
+        env[ports.LISTEN_FD_ENV_VAR] = str(listen_fd)
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(server.impl_dir), str(server.root), os.environ.get("PYTHONPATH", "")) if p
+        )
+        env["PYTHONUNBUFFERED"] = "1"
+        if server.venv is not None:
+            env["VIRTUAL_ENV"] = str(server.venv.path)
+            env["PATH"] = os.pathsep.join([str(server.venv.path / "bin"), env.get("PATH", "")])
+        return env
+
+    async def _wait_until_ready(self, deadline: float) -> None:
+        started = time.monotonic()
+        next_progress = started + _PROGRESS_EVERY_S
+        delay = 0.1
+        try:
+            while True:
+                self.raise_for_exited(during_startup=True)
+                if self._stop_requested.is_set():
+                    raise KeyboardInterrupt
+                pending = [s for s in self.servers if not s.ready]
+                results = await asyncio.gather(*(_answers_ok(s) for s in pending))
+                for server, ok in zip(pending, results, strict=True):
+                    if ok:
+                        server.ready = True
+                        server.sink.note(f"ready on {server.url}")
+                if all(s.ready for s in self.servers):
+                    return
+                now = time.monotonic()
+                if now > deadline:
+                    late = next(s for s in self.servers if not s.ready)
+                    raise ServerLaunchError(
+                        f"server {late.name!r} ({late.label}) did not become ready in {self.startup_timeout_s:g} s "
+                        f"(no HTTP 200 on GET {late.url}/). Raise +server_startup_timeout_seconds=<s> if it is just "
+                        f"slow. {_tail_text(late.sink)}"
+                    )
+                if self.echo and now >= next_progress:
+                    names = ", ".join(s.name for s in self.servers if not s.ready)
+                    print(f"[nemo-gym] waiting for {names} ({now - started:.0f} s)", flush=True)
+                    next_progress = now + _PROGRESS_EVERY_S
+                await asyncio.sleep(min(delay, max(0.0, deadline - now)))
+                delay = min(delay * 1.5, 1.0)
+        finally:
+            await http_client.close_session()
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Helpers
+
+
+@contextlib.contextmanager
+def running_servers(
+    overrides: Sequence[str] | None = None,
+    *,
+    config: DictConfig | None = None,
+    echo: bool = False,
+    startup_timeout_s: float | None = None,
+    shutdown_grace_s: float = SHUTDOWN_GRACE_S,
+) -> Iterator[Launcher]:
+    """Start every server of a config, wait until all are ready, yield the launcher, stop them all on exit.
+
+    ``config`` is an already composed config; otherwise ``overrides`` are composed with ports reserved. Enter and exit
+    it from a thread that outlives the servers (children are tied to the launcher process, see ``processes.py``).
+    """
+    if config is None:
+        config = parse_global_config_dict(list(overrides or []), reserve_ports=True, require_server_instances=True)
+    launcher = Launcher(config, echo=echo, startup_timeout_s=startup_timeout_s, shutdown_grace_s=shutdown_grace_s)
+    launcher.start()
+    try:
+        yield launcher
+    finally:
+        launcher.stop()
+
+
+def _find_impl_dir(name: str, server_type: str, implementation: str) -> tuple[Path, Path]:
+    """``<root>/<server_type>/<impl>`` in the first search root that has it, and that root."""
+    relative = Path(server_type) / implementation
+    for candidate in candidate_paths(relative):
+        if candidate.is_dir():
+            return candidate.resolve(), candidate.resolve().parent.parent
+    roots = ", ".join(str(r) for r in search_roots())
+    raise ConfigError(
+        f"server {name!r}: implementation directory {relative} not found in any search root ({roots}). "
+        "Run from the directory that holds it, or add its root with --search-dir DIR"
+    )
+
+
+def _fan_out(members: list[ServerProcess]) -> Callable[[bytes], None]:
+    """Build output goes to the log of every instance sharing the venv, echoed once."""
+
+    def log(line: bytes) -> None:
+        for i, member in enumerate(members):
+            member.sink.write(line, echo=i == 0)
+
+    return log
+
+
+async def _answers_ok(server: ServerProcess) -> bool:
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(server.host, server.host)
+    url = f"http://{f'[{host}]' if ':' in host else host}:{server.port}/"
+    try:
+        response = await http_client.request("GET", url, server_name=server.name, config=_PROBE_CONFIG, retry=False)
+    except TransportError:
+        return False
+    return response.status == 200
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "is still running"
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"was killed by {signal.Signals(-code).name}"
+        return f"was killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+def _tail_text(sink: LogSink) -> str:
+    lines = sink.tail(LOG_TAIL_LINES)
+    if not lines:
+        return f"Its log {sink.path} is empty."
+    return f"Last {len(lines)} lines of {sink.path}:\n" + "\n".join(f"  | {line}" for line in lines)
+
+
+def _run_async(make: Callable[[], Awaitable[T]]) -> T:
+    """Run a coroutine to completion from sync code, also when the calling thread already runs an event loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(make())  # type: ignore[arg-type]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(lambda: asyncio.run(make())).result()  # type: ignore[arg-type]
+
+
+@contextlib.contextmanager
+def _second_signal_forces(force: threading.Event) -> Iterator[None]:
+    """While shutting down, Ctrl-C / SIGTERM again skips the grace period instead of interrupting the cleanup."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        force.set()
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)

@@ -1,0 +1,194 @@
+"""Per-implementation venvs: requirement rewriting, cache keys, failed builds, and two conflicting pins at once."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import platform
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from nemo_gym import PARENT_DIR
+from nemo_gym.config_types import ConfigError
+from nemo_gym.launcher import ServerLaunchError, running_servers
+from nemo_gym.launcher.venvs import (
+    READY_MARKER,
+    BuildCancelled,
+    BuildContext,
+    build_venv,
+    framework_requirement,
+    rewrite_requirements,
+    shared_venv_enabled,
+    venv_spec,
+)
+from tests.helpers import write
+from tests.launcher.conftest import base_overrides, make_server, server_block
+
+PY = platform.python_version()
+
+
+def test_framework_lines_are_replaced_and_paths_made_absolute(tmp_path: Path) -> None:
+    (tmp_path / "extra.txt").write_text("six\n")
+    text = "\n".join(
+        [
+            "# pinned for the tests",
+            "-e nemo-gym[dev] @ ../../",
+            "nemo_gym==0.0.1",
+            "-r extra.txt",
+            "-e ./local_pkg",
+            "nemo-gym-plugin==1.0  # another project, kept",
+            "requests>=2",
+        ]
+    )
+    lines = rewrite_requirements(text, tmp_path).splitlines()
+    assert framework_requirement("dev") in lines
+    assert not any("nemo_gym==" in line or "@ ../../" in line for line in lines)
+    assert f"-r {tmp_path / 'extra.txt'}" in lines
+    assert f"-e {tmp_path / 'local_pkg'}" in lines
+    assert "nemo-gym-plugin==1.0" in lines and "requests>=2" in lines
+    assert framework_requirement() == f"-e {PARENT_DIR}"
+
+
+def test_framework_is_added_when_not_named_and_a_path_to_it_counts(tmp_path: Path) -> None:
+    assert rewrite_requirements("six==1.16.0\n", tmp_path).splitlines()[1:] == [framework_requirement(), "six==1.16.0"]
+    relative = "../" * (len(tmp_path.parts) - 1) + str(PARENT_DIR).lstrip("/")
+    lines = rewrite_requirements(f"-e {relative}\n", tmp_path).splitlines()
+    assert lines[1:] == [framework_requirement()]
+
+
+def test_exactly_one_dependency_file_is_required(tmp_path: Path) -> None:
+    impl = make_server(tmp_path, "both", requirements="six\n")
+    write(impl / "pyproject.toml", "[project]\nname = 'x'\n")
+    with pytest.raises(ConfigError, match=rf"{impl} has both requirements.txt and pyproject.toml"):
+        venv_spec("resources_servers", "both", impl, tmp_path / "cache", PY)
+    bare = make_server(tmp_path, "bare")
+    with pytest.raises(ConfigError, match=rf"{bare} has neither requirements.txt nor pyproject.toml"):
+        venv_spec("resources_servers", "bare", bare, tmp_path / "cache", PY)
+
+
+def test_cache_key_follows_requirements_and_python_version(tmp_path: Path) -> None:
+    impl = make_server(tmp_path, "keyed", requirements="six==1.16.0\n")
+    first = venv_spec("resources_servers", "keyed", impl, tmp_path / "cache", PY)
+    assert first.path.parent == tmp_path / "cache" / "venvs" / "resources_servers"
+    assert first.path.name == f"keyed-{first.key}"
+    assert venv_spec("resources_servers", "keyed", impl, tmp_path / "cache", PY) == first
+    assert venv_spec("resources_servers", "keyed", impl, tmp_path / "cache", "3.99.0").key != first.key
+    write(impl / "requirements.txt", "six==1.17.0\n")
+    assert venv_spec("resources_servers", "keyed", impl, tmp_path / "cache", PY).key != first.key
+
+
+def test_shared_venv_switches(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("NEMO_GYM_SHARED_VENV", raising=False)
+    assert not shared_venv_enabled(None) and shared_venv_enabled(True)
+    monkeypatch.setenv("NEMO_GYM_SHARED_VENV", "1")
+    assert shared_venv_enabled(None)
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(60)
+def test_failed_build_names_the_server_and_is_not_reused(server_root: Path) -> None:
+    # A local path that does not exist makes uv fail at once, without touching the network.
+    make_server(server_root, "broken", requirements="-e ./no_such_package\n")
+    config = write(server_root / "config.yaml", server_block("breaks", "broken"))
+    overrides = base_overrides(server_root, config, shared=False)
+    for _ in range(2):
+        with pytest.raises(ServerLaunchError) as info:
+            with running_servers(overrides):
+                pytest.fail("the launch should have failed")
+        message = str(info.value)
+        assert "server 'breaks': building its venv (resources_servers/broken) failed" in message
+        assert "`uv pip install` exited with code" in message
+        assert "no_such_package" in message  # uv's own complaint, quoted from the log tail
+        venvs = server_root / "cache" / "venvs" / "resources_servers"
+        assert not any(p.is_dir() for p in venvs.glob("broken-*"))  # deleted, so never taken for a good venv
+        log = (server_root / "results" / "logs" / "breaks.log").read_text()
+        assert "building venv for resources_servers/broken" in log and "using cached venv" not in log
+
+
+def get_json(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return json.loads(response.read())
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_conflicting_pins_run_side_by_side_and_the_cache_is_reused(server_root: Path) -> None:
+    make_server(server_root, "six_old", requirements="six==1.16.0\n-e nemo-gym @ ../../\n")
+    make_server(server_root, "six_new", requirements="six==1.17.0\n")
+    config = write(
+        server_root / "config.yaml",
+        server_block("old", "six_old") + server_block("new", "six_new") + server_block("new_twin", "six_new"),
+    )
+    overrides = [*base_overrides(server_root, config, shared=False), "++server_startup_timeout_seconds=200"]
+    with running_servers(overrides) as run:
+        info = {name: get_json(url + "/info") for name, url in run.urls.items()}
+        venvs = {name: next(s.venv for s in run.servers if s.name == name) for name in info}
+    assert info["old"]["six"] == "1.16.0"
+    assert info["new"]["six"] == info["new_twin"]["six"] == "1.17.0"
+    assert info["old"]["python"] != sys.executable
+    assert Path(info["old"]["python"]).parent.parent == venvs["old"].path
+    assert venvs["new"] == venvs["new_twin"]  # one venv (one build) per implementation
+    marker = venvs["new"].path / READY_MARKER
+    built_at = marker.stat().st_mtime
+
+    started = time.monotonic()
+    with running_servers(overrides) as run:
+        assert get_json(run.urls["old"] + "/info")["six"] == "1.16.0"
+    assert time.monotonic() - started < 30
+    assert marker.stat().st_mtime == built_at
+    assert "using cached venv" in (server_root / "results" / "logs" / "new.log").read_text()
+
+
+def test_a_venv_being_built_by_another_launch_is_waited_for_then_reused(tmp_path: Path) -> None:
+    impl = make_server(tmp_path, "locked", requirements="six\n")
+    spec = venv_spec("resources_servers", "locked", impl, tmp_path / "cache", PY)
+    spec.path.parent.mkdir(parents=True)
+    lines: list[bytes] = []
+    result: list[object] = []
+    ctx = BuildContext(log=lines.append)
+    with open(spec.lock_path, "a+b") as other_launch:
+        fcntl.flock(other_launch.fileno(), fcntl.LOCK_EX)
+        thread = threading.Thread(target=lambda: result.append(build_venv(spec, ctx)))
+        thread.start()
+        deadline = time.monotonic() + 5
+        while not any(b"another launch is building" in line for line in lines) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert thread.is_alive()
+        # The other launch finishes its build: a venv with its completion marker appears, then the lock is released.
+        (spec.path / "bin").mkdir(parents=True)
+        (spec.path / "bin" / "python").symlink_to(sys.executable)
+        (spec.path / READY_MARKER).write_text("{}")
+        fcntl.flock(other_launch.fileno(), fcntl.LOCK_UN)
+    thread.join(timeout=5)
+    assert result == [spec.python]
+    assert any(b"using cached venv" in line for line in lines)
+
+
+def test_waiting_for_a_lock_stops_when_the_launch_is_cancelled(tmp_path: Path) -> None:
+    impl = make_server(tmp_path, "locked", requirements="six\n")
+    spec = venv_spec("resources_servers", "locked", impl, tmp_path / "cache", PY)
+    spec.path.parent.mkdir(parents=True)
+    ctx = BuildContext(log=lambda line: None)
+    errors: list[BaseException] = []
+
+    def build() -> None:
+        try:
+            build_venv(spec, ctx)
+        except BaseException as e:
+            errors.append(e)
+
+    with open(spec.lock_path, "a+b") as other_launch:
+        fcntl.flock(other_launch.fileno(), fcntl.LOCK_EX)
+        thread = threading.Thread(target=build)
+        thread.start()
+        time.sleep(0.3)
+        ctx.kill_running()
+        thread.join(timeout=5)
+    assert not thread.is_alive() and isinstance(errors[0], BuildCancelled)
+    assert not spec.path.exists()
