@@ -94,6 +94,7 @@ def compose(options: ComposeOptions) -> ComposedConfig:
     merged["config_paths"] = [str(f.path) for f in included.files]
 
     merged = apply_directives(merged)
+    merged = _default_policy_model(merged)
     if options.dummy_model:
         _drop_shadowed_dummy_model(merged)
     _raise_for_missing_values(merged)
@@ -136,6 +137,30 @@ def _config_paths(env_yaml: dict[str, Any], cli: dict[str, Any]) -> list[str]:
     except ValueError:
         value = small["config_paths"]
     return normalize_config_paths(value, "config_paths")
+
+
+EMBEDDED_POLICY_MODEL_CONFIG = "responses_api_models/llamacpp_model/configs/llamacpp_model.yaml"
+"""Where ``policy_model`` comes from when servers refer to it but no config defines it and no ``policy_base_url``
+is set: the embedded SmolLM2 model, so a rollout works with no API key."""
+
+
+def _default_policy_model(config: dict[str, Any]) -> dict[str, Any]:
+    if "policy_model" in config or config.get("policy_base_url") or not _refers_to_policy_model(config):
+        return config
+    path = find_path(EMBEDDED_POLICY_MODEL_CONFIG)
+    if path is None:
+        return config
+    return deep_merge(load_yaml_file(path), config)
+
+
+def _refers_to_policy_model(node: Any) -> bool:
+    if isinstance(node, dict):
+        if node.get("type") == "responses_api_models" and node.get("name") == "policy_model":
+            return True
+        return any(_refers_to_policy_model(value) for value in node.values())
+    if isinstance(node, list):
+        return any(_refers_to_policy_model(value) for value in node)
+    return False
 
 
 def _drop_shadowed_dummy_model(config: dict[str, Any]) -> None:

@@ -420,8 +420,8 @@ def test_server_refs_must_exist_and_suggest_close_names(workdir):
 
 def test_server_ref_to_an_undefined_type_lists_what_to_do(workdir):
     write(workdir / "r.yaml", RESOURCES)
-    write(workdir / "a.yaml", AGENT)
-    with pytest.raises(ServerRefNotFoundError, match="policy_model"):
+    write(workdir / "a.yaml", AGENT.replace("name: policy_model", "name: judge_model"))
+    with pytest.raises(ServerRefNotFoundError, match="judge_model"):
         parse([paths_token("r.yaml", "a.yaml")])
 
 
@@ -478,3 +478,17 @@ def test_masking_hides_secret_keys_and_their_copies_but_not_token_counts(workdir
     text = global_config.masked_config_yaml(config)
     assert "sk-123456" not in text and "hf_abcd" not in text
     assert "max_tokens: 64" in text and "copied: '****'" in text
+
+
+def test_the_embedded_model_is_the_policy_model_when_none_is_configured(workdir):
+    write(workdir / "r.yaml", RESOURCES)
+    write(workdir / "a.yaml", AGENT)
+    config = parse([paths_token("r.yaml", "a.yaml")])
+    assert list(config.policy_model.responses_api_models) == ["llamacpp_model"]
+
+
+def test_a_policy_base_url_means_no_embedded_default(workdir):
+    write(workdir / "r.yaml", RESOURCES)
+    write(workdir / "a.yaml", AGENT)
+    with pytest.raises(ServerRefNotFoundError, match="policy_model"):
+        parse([paths_token("r.yaml", "a.yaml"), "+policy_base_url=http://127.0.0.1:9/v1"])

