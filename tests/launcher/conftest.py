@@ -37,18 +37,18 @@ def health():
 
 @app.get("/info")
 def info():
-    try:
-        import six
+    from importlib.metadata import PackageNotFoundError, version
 
-        six_version = six.__version__
-    except ImportError:
-        six_version = None
+    try:
+        math_verify_version = version("math-verify")
+    except PackageNotFoundError:
+        math_verify_version = None
     return {
         "name": name,
         "pid": os.getpid(),
         "python": sys.executable,
         "secret": config.get("my_api_key"),
-        "six": six_version,
+        "math_verify": math_verify_version,
         "grandchild": grandchild.pid if grandchild else None,
         "cwd": os.getcwd(),
         "pythonpath": os.environ.get("PYTHONPATH", ""),

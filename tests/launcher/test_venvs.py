@@ -119,18 +119,19 @@ def get_json(url: str) -> dict:
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_conflicting_pins_run_side_by_side_and_the_cache_is_reused(server_root: Path) -> None:
-    make_server(server_root, "six_old", requirements="six==1.16.0\n-e nemo-gym @ ../../\n")
-    make_server(server_root, "six_new", requirements="six==1.17.0\n")
+    # The seeds' own example: two resources servers pinning different math-verify releases, running at once.
+    make_server(server_root, "math_old", requirements="math-verify==0.7.0\n-e nemo-gym @ ../../\n")
+    make_server(server_root, "math_new", requirements="math-verify==0.8.0\n")
     config = write(
         server_root / "config.yaml",
-        server_block("old", "six_old") + server_block("new", "six_new") + server_block("new_twin", "six_new"),
+        server_block("old", "math_old") + server_block("new", "math_new") + server_block("new_twin", "math_new"),
     )
     overrides = [*base_overrides(server_root, config, shared=False), "++server_startup_timeout_seconds=200"]
     with running_servers(overrides) as run:
         info = {name: get_json(url + "/info") for name, url in run.urls.items()}
         venvs = {name: next(s.venv for s in run.servers if s.name == name) for name in info}
-    assert info["old"]["six"] == "1.16.0"
-    assert info["new"]["six"] == info["new_twin"]["six"] == "1.17.0"
+    assert info["old"]["math_verify"] == "0.7.0"
+    assert info["new"]["math_verify"] == info["new_twin"]["math_verify"] == "0.8.0"
     assert info["old"]["python"] != sys.executable
     assert Path(info["old"]["python"]).parent.parent == venvs["old"].path
     assert venvs["new"] == venvs["new_twin"]  # one venv (one build) per implementation
@@ -139,7 +140,7 @@ def test_conflicting_pins_run_side_by_side_and_the_cache_is_reused(server_root: 
 
     started = time.monotonic()
     with running_servers(overrides) as run:
-        assert get_json(run.urls["old"] + "/info")["six"] == "1.16.0"
+        assert get_json(run.urls["old"] + "/info")["math_verify"] == "0.7.0"
     assert time.monotonic() - started < 30
     assert marker.stat().st_mtime == built_at
     assert "using cached venv" in (server_root / "results" / "logs" / "new.log").read_text()
