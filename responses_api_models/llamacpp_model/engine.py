@@ -3,14 +3,15 @@
 Why this exists: the gym needs a policy model that runs anywhere (CPU only, no network) and still supports
 tool calling, reproducible sampling, and the token ids / log-probs RL training needs. llama-cpp-python's
 built-in chat handlers spread one reply over several completions and do not expose token ids, so this module
-renders ChatML itself and drives the sampler token by token. Every generated token (including the structural
-headers of the tool protocol) is produced by the model in one continuous sequence, so `prompt_token_ids +
-generation_token_ids` is exactly what the model saw and `generation_log_probs` are its real log-probs.
+renders ChatML itself and drives the sampler token by token. Every generated token, the tool protocol's headers
+included, is drawn from the model's own distribution within one continuous sequence, so ``prompt_token_ids +
+generation_token_ids`` is exactly what the model saw and ``generation_log_probs`` are its real log-probs.
 
-Tool protocol (grammar-enforced, in the spirit of llama-cpp-python's ``chatml-function-calling`` format): when
-tools are active the assistant reply starts with a header chosen by the model under a grammar,
-``message:\\n`` followed by free text, or ``functions.<name>:\\n`` followed by a JSON object constrained by the
-tool's parameter schema; more calls may follow, each on a new line.
+Tool protocol (in the spirit of llama-cpp-python's ``chatml-function-calling`` format): when tools are active the
+reply starts with a header, ``message:\\n`` followed by free text, or ``functions.<name>:\\n`` followed by a JSON
+object whose shape a grammar derived from the tool's parameter schema enforces; further calls may follow, each on a
+new line. Headers are picked by scoring each complete header under the model and sampling among them, which is far
+more reliable for a 135M model than letting a grammar steer it token by token.
 
 The engine is not thread-safe underneath (llama.cpp contexts are not), so every call is serialized by a lock;
 servers should invoke :meth:`LlamaCppEngine.chat` from a worker thread.
@@ -157,15 +158,21 @@ def _arguments_grammar(parameters: dict[str, Any]) -> str:
 
 
 def _complete_json_object(text: str) -> str | None:
-    """Return the stripped text when it is a complete JSON object, else None."""
-    stripped = text.strip()
-    if not stripped.endswith("}"):
+    """Return ``text`` unchanged (so it re-tokenizes as generated) once it is a complete JSON object."""
+    if not text.rstrip().endswith("}"):
         return None
     try:
-        value = json.loads(stripped)
+        value = json.loads(text)
     except ValueError:
         return None
-    return stripped if isinstance(value, dict) else None
+    return text if isinstance(value, dict) else None
+
+
+def _default_threads() -> int:
+    """Half the usable cores: ggml worker threads spin while waiting, so using every core collapses throughput
+    (measured 10x slower on 2 cores) as soon as other gym servers or tests compete for the CPU."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores // 2)
 
 
 class LlamaCppEngine:
@@ -187,8 +194,7 @@ class LlamaCppEngine:
         if not path.is_file():
             raise FileNotFoundError(f"GGUF model not found: {path}")
         if n_threads is None:
-            # llama-cpp-python defaults to half the cores, which halves throughput on small CPU boxes.
-            n_threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+            n_threads = _default_threads()
         self.model_path = str(path)
         self.model_name = path.stem
         self.chat_format = chat_format
@@ -208,8 +214,7 @@ class LlamaCppEngine:
         self._n_vocab = int(self._llm.n_vocab())
         self._vocab = self._llm._model.vocab
         self._bos = [self._llm.token_bos()] if self._llm._model.add_bos_token() else []
-
-    # ------------------------------------------------------------------ public API
+        self._grammars: dict[str, str] = {}
 
     def chat(
         self,
@@ -238,7 +243,7 @@ class LlamaCppEngine:
             if len(prompt_ids) >= self.n_ctx:
                 return self._response(prompt_ids, _Generation(truncated=True), "", [], "length", return_token_ids)
             sampling = {
-                "temp": 0.0 if temperature is None else max(float(temperature), 0.0),
+                "temp": 1.0 if temperature is None else max(float(temperature), 0.0),
                 "top_p": 1.0 if top_p is None else float(top_p),
             }
             budget = self.n_ctx - len(prompt_ids) - 1
@@ -255,7 +260,22 @@ class LlamaCppEngine:
                 content, calls, finish = runner.run_text(stops)
             return self._response(prompt_ids, runner.gen, content, calls, finish, return_token_ids)
 
-    # ------------------------------------------------------------------ prompt rendering
+    def _grammar_for(self, tool: _Tool) -> str:
+        """Argument grammar for a tool, checked once with llama.cpp's own parser.
+
+        llama-cpp-python adds a grammar sampler without checking that it parsed, and a rejected grammar would
+        crash the process, so anything llama.cpp refuses falls back to the any-JSON-object grammar.
+        """
+        key = json.dumps(tool.parameters, sort_keys=True)
+        if key not in self._grammars:
+            grammar = _arguments_grammar(tool.parameters)
+            sampler = llama_cpp.llama_sampler_init_grammar(self._vocab, grammar.encode("utf-8"), b"root")
+            if sampler:
+                llama_cpp.llama_sampler_free(sampler)
+            else:
+                grammar = _ANY_JSON_OBJECT_GBNF
+            self._grammars[key] = grammar
+        return self._grammars[key]
 
     def _tokens(self, text: str, special: bool) -> list[int]:
         """Tokenize without BOS; ``special`` only for our own ChatML scaffolding, never for user text."""
@@ -293,8 +313,6 @@ class LlamaCppEngine:
             else:
                 ids += self._turn("user", _text_of(message.get("content")))
         return ids + self._tokens("<|im_start|>assistant\n", special=True)
-
-    # ------------------------------------------------------------------ response building
 
     def _response(
         self,
@@ -383,8 +401,6 @@ class _Runner:
         self.stage = 0
         self.gen = _Generation()
 
-    # ------------------------------------------------------------------ low-level helpers
-
     def _next_seed(self) -> int:
         """A distinct, reproducible seed per stage of the request."""
         self.stage += 1
@@ -399,12 +415,15 @@ class _Runner:
         if self._room() <= 0:
             self.gen.truncated = True
 
-    def _current_log_probs(self) -> np.ndarray:
-        """Log-softmax of the raw logits llama.cpp produced for the last evaluated position."""
-        pointer = llama_cpp.llama_get_logits_ith(self.llm.ctx, -1)
+    def _log_softmax(self, pointer: Any) -> np.ndarray:
+        """Normalize one row of raw llama.cpp logits into log-probs (float64 for stable sums)."""
         logits = np.ctypeslib.as_array(pointer, shape=(self.engine._n_vocab,)).astype(np.float64)
         peak = logits.max()
         return logits - (peak + np.log(np.exp(logits - peak).sum()))
+
+    def _current_log_probs(self) -> np.ndarray:
+        """Log-probs of the next token after the last evaluated position."""
+        return self._log_softmax(llama_cpp.llama_get_logits_ith(self.llm.ctx, -1))
 
     def _goto(self, sequence: list[int]) -> None:
         """Make the context hold exactly ``sequence`` with fresh logits for its last token.
@@ -428,7 +447,21 @@ class _Runner:
     def _raw_text(self) -> str:
         return self._decode([t for t in self.gen.token_ids if not self._is_eog(t)])
 
-    # ------------------------------------------------------------------ stages
+    def _eval_with_all_logits(self, tokens: list[int]) -> list[np.ndarray]:
+        """Evaluate ``tokens`` in one decode and return next-token log-probs after each of them.
+
+        ``Llama.eval`` keeps only the last position's logits (the engine runs with ``logits_all=False`` to avoid a
+        n_ctx x n_vocab buffer), so scoring a multi-token header would cost one decode per token; asking llama.cpp
+        for every position's logits in a single small batch makes it one decode per header.
+        """
+        llm = self.llm
+        start = llm.n_tokens
+        llm._ctx.kv_cache_seq_rm(-1, start, -1)
+        llm._batch.set_batch(batch=tokens, n_past=start, logits_all=True)
+        llm._ctx.decode(llm._batch)
+        llm.input_ids[start : start + len(tokens)] = tokens
+        llm.n_tokens = start + len(tokens)
+        return [self._log_softmax(llama_cpp.llama_get_logits_ith(llm.ctx, i)) for i in range(len(tokens))]
 
     def _choose(self, options: list[list[int]]) -> int | None:
         """Pick one of several fixed token sequences, scored by the model, and append it to the output.
@@ -438,17 +471,18 @@ class _Runner:
         Returns the option index, or None when the token budget cut the option short.
         """
         base = self.prompt_ids + self.gen.token_ids
-        next_log_probs: dict[tuple[int, ...], np.ndarray] = {}
+        if len(base) + max(len(o) for o in options) > self.engine.n_ctx:
+            self.gen.truncated = True  # scoring would run past the context window
+            return None
+        self._goto(base)
+        first = self._current_log_probs()
         scores: list[list[float]] = []
         for option in options:
-            token_log_probs: list[float] = []
-            for i, token in enumerate(option):
-                prefix = tuple(option[:i])
-                if prefix not in next_log_probs:
-                    self._goto(base + list(prefix))
-                    next_log_probs[prefix] = self._current_log_probs()
-                token_log_probs.append(min(float(next_log_probs[prefix][token]), 0.0))
-            scores.append(token_log_probs)
+            rows = [first]
+            if len(option) > 1:
+                self.llm.n_tokens = len(base)
+                rows += self._eval_with_all_logits(option[:-1])
+            scores.append([min(float(row[token]), 0.0) for row, token in zip(rows, option, strict=True)])
         pick = self._sample_option([sum(s) for s in scores], random.Random(self._next_seed()))
         for token, log_prob in zip(options[pick], scores[pick], strict=True):
             if self._room() <= 0:
@@ -511,18 +545,18 @@ class _Runner:
         start = len(self.gen.token_ids)
         for token in self._stream(None):
             if self._is_eog(token):
-                return self._decode(self.gen.token_ids[start:-1]).strip(), [], "stop"
+                return self._decode(self.gen.token_ids[start:-1]), [], "stop"
             if stops:
                 text = self._decode(self.gen.token_ids[start:])
                 cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=-1)
                 if cut >= 0:
-                    return text[:cut].strip(), [], "stop"
-        return self._decode(self.gen.token_ids[start:]).strip(), [], "length"
+                    return text[:cut], [], "stop"
+        return self._decode(self.gen.token_ids[start:]), [], "length"
 
     def _arguments(self, tool: _Tool) -> str | None:
         """Generate one grammar-constrained argument object; None when the budget ran out first."""
         start = len(self.gen.token_ids)
-        for token in self._stream(_arguments_grammar(tool.parameters)):
+        for token in self._stream(self.engine._grammar_for(tool)):
             if self._is_eog(token):
                 break
             complete = _complete_json_object(self._decode(self.gen.token_ids[start:]))
@@ -536,7 +570,8 @@ class _Runner:
         """Header decision, then either a plain message or one or more grammar-constrained tool calls.
 
         Small models rarely stop calling tools on their own, so after ``max_calls`` calls, or as soon as a
-        call repeats an earlier one (which is then dropped), the end-of-turn token is forced.
+        call repeats an earlier one, the end-of-turn token is forced. Repeats are still returned so that the
+        returned calls always re-render to exactly the generated tokens.
         """
         tokens = self.engine._tokens
         by_name = {t.name: t for t in tools}
@@ -556,9 +591,8 @@ class _Runner:
                 return self._raw_text(), [], "length"
             key = (name, json.dumps(json.loads(arguments), sort_keys=True))
             repeated = key in seen
-            if not repeated:
-                seen.add(key)
-                calls.append((name, arguments))
+            seen.add(key)
+            calls.append((name, arguments))
             done = repeated or len(calls) >= max_calls
             pick = self._choose([eog] if done else follow_ups)
             if pick is None or pick == 0 or done:

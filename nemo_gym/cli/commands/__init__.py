@@ -1,11 +1,12 @@
 """Every ``gym`` command, grouped as on the command line. A command appears here only once it works."""
 
-from nemo_gym.cli.commands import catalog, env, launch
+from nemo_gym.cli.commands import catalog, env, eval, launch
 from nemo_gym.cli.registry import Command
 
 GROUP_HELP = {
     "env": "compose, check and run the servers of an environment",
+    "eval": "collect scored rollouts and compute their metrics",
     "list": "list environments, resources servers, models and agents",
 }
 
-ALL_COMMANDS: tuple[Command, ...] = (*env.COMMANDS, *launch.COMMANDS, *catalog.COMMANDS)
+ALL_COMMANDS: tuple[Command, ...] = (*env.COMMANDS, *launch.COMMANDS, *eval.COMMANDS, *catalog.COMMANDS)

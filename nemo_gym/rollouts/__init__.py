@@ -1,0 +1,1 @@
+"""Rollout collection: materialize dataset rows, run them through agents concurrently, score and aggregate."""

@@ -1,0 +1,88 @@
+"""Aggregate metrics of collected rollouts, per agent, written to ``<stem>_aggregate_metrics.json``.
+
+Each agent's rows (only scored rollouts: failures are never metrics) are stripped of their heavy parts (the
+trajectory and the create params; token usage is kept) and either sent to the agent's ``/aggregate_metrics`` (so an
+environment's own metric code runs) or computed here with the default statistics, from files alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from nemo_gym.config_types import AGENT_REF_KEY, AggregateMetrics
+from nemo_gym.metrics import aggregate_verify_responses
+from nemo_gym.rollouts.jsonl import iter_jsonl, write_json_atomic
+from nemo_gym.servers import http_client
+
+HEAVY_FIELDS = ("response", "responses_create_params")
+
+
+def aggregate_metrics_path(output_path: Path) -> Path:
+    return output_path.with_name(f"{output_path.stem}_aggregate_metrics.json")
+
+
+def strip_row(row: dict[str, Any]) -> dict[str, Any]:
+    """A rollout row without its trajectory and create params, keeping ``response.usage`` for token statistics."""
+    stripped = {k: v for k, v in row.items() if k not in HEAVY_FIELDS}
+    response = row.get("response")
+    if isinstance(response, dict) and response.get("usage"):
+        stripped["response"] = {"usage": response["usage"]}
+    return stripped
+
+
+def rows_by_agent(paths: Iterable[Path]) -> dict[str, list[dict[str, Any]]]:
+    grouped: dict[str, list[dict[str, Any]]] = {}
+    for path in paths:
+        for _, row in iter_jsonl(path):
+            ref = row.get(AGENT_REF_KEY) or {}
+            name = ref.get("name", "unknown") if isinstance(ref, dict) else str(ref)
+            grouped.setdefault(name, []).append(strip_row(row))
+    for rows in grouped.values():
+        rows.sort(key=lambda r: (r.get("_ng_task_index", 0), r.get("_ng_rollout_index", 0)))
+    return grouped
+
+
+async def compute_metrics(
+    grouped: dict[str, list[dict[str, Any]]], agent_urls: dict[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """One entry per agent: ``{agent_ref, agent_metrics, key_metrics, group_level_metrics}``."""
+    results = []
+    for agent, rows in sorted(grouped.items()):
+        url = (agent_urls or {}).get(agent)
+        if url:
+            answer = await http_client.request(
+                "POST", f"{url}/aggregate_metrics", json={"verify_responses": rows}, server_name=agent,
+                url_path="/aggregate_metrics",
+            )  # fmt: skip
+            http_client.raise_for_status(answer, agent, "/aggregate_metrics")
+            metrics = AggregateMetrics.model_validate(await http_client.response_json(answer))
+        else:
+            metrics = aggregate_verify_responses(rows)
+        results.append({AGENT_REF_KEY: {"type": "responses_api_agents", "name": agent}, **metrics.model_dump()})
+    return results
+
+
+def write_metrics(path: Path, metrics: list[dict[str, Any]]) -> None:
+    write_json_atomic(path, metrics)
+
+
+def print_key_metrics(metrics: list[dict[str, Any]], console: Console | None = None) -> None:
+    console = console or Console(stderr=True)
+    table = Table(title="Key metrics", title_justify="left")
+    table.add_column("Agent")
+    table.add_column("Metric")
+    table.add_column("Value", justify="right")
+    for entry in metrics:
+        agent = entry[AGENT_REF_KEY]["name"]
+        key_metrics = entry.get("key_metrics") or {}
+        if "num_rollouts" in entry.get("agent_metrics", {}):
+            key_metrics = {"num_rollouts": entry["agent_metrics"]["num_rollouts"], **key_metrics}
+        for name, value in key_metrics.items():
+            table.add_row(escape(agent), escape(name), f"{value:.4f}" if isinstance(value, float) else str(value))
+    console.print(table)

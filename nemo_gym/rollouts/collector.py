@@ -1,0 +1,270 @@
+"""Running materialized rows through agents: a bounded worker pool, streaming output, failures kept apart.
+
+Guarantees:
+
+* at most ``concurrency`` rollouts are in flight, rows are read lazily from disk, so memory stays flat however large
+  the input;
+* every finished rollout is written (and flushed) as soon as it finishes: ``<stem>.jsonl`` for scored rollouts,
+  ``<stem>_failures.jsonl`` for failures (HTTP errors, timeouts, unreachable servers, verifier/judge failures), each
+  with ``_ng_failure_class`` and ``_ng_failure_message``. A failure never aborts the run and never counts as a reward;
+* ``resume`` skips rollouts already in the output, retries failed ones until ``max_attempts`` is reached, and refuses
+  to continue when the materialized inputs differ from the run it continues.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+from tqdm import tqdm
+
+from nemo_gym.config_types import AGENT_REF_KEY, ConfigError
+from nemo_gym.rollouts.jsonl import JsonlWriter, iter_jsonl, repair_tail, write_json_atomic
+from nemo_gym.rollouts.materialize import (
+    ATTEMPT_INDEX_KEY,
+    ROLLOUT_INDEX_KEY,
+    TASK_INDEX_KEY,
+    Materialized,
+    rollout_key,
+)
+from nemo_gym.servers import http_client
+from nemo_gym.servers.http_client import ServerTimeoutError, TransportConfig, TransportError
+
+FAILURE_CLASS_KEY = "_ng_failure_class"
+FAILURE_MESSAGE_KEY = "_ng_failure_message"
+FAILURE_TERMINAL_KEY = "_ng_failure_terminal"
+MAX_ATTEMPTS_ENV_VAR = "NEMO_GYM_MAX_ROLLOUT_ATTEMPTS"
+DEFAULT_MAX_ATTEMPTS = 3
+DEFAULT_CONCURRENCY = 256
+
+
+def failures_path(output_path: Path) -> Path:
+    return output_path.with_name(f"{output_path.stem}_failures.jsonl")
+
+
+def manifest_path(output_path: Path) -> Path:
+    return output_path.with_name(f"{output_path.stem}_run.json")
+
+
+def default_max_attempts() -> int:
+    value = os.environ.get(MAX_ATTEMPTS_ENV_VAR, "")
+    return int(value) if value.isdigit() and int(value) >= 1 else DEFAULT_MAX_ATTEMPTS
+
+
+@dataclass
+class CollectionOptions:
+    output_path: Path
+    concurrency: int = DEFAULT_CONCURRENCY
+    resume: bool = False
+    max_attempts: int = field(default_factory=default_max_attempts)
+    rollout_timeout_s: float = 3600.0
+    show_progress: bool = True
+
+
+@dataclass
+class CollectionSummary:
+    output_path: Path
+    failures_path: Path
+    succeeded: int = 0
+    failed: int = 0
+    skipped_done: int = 0
+    skipped_exhausted: int = 0
+    failure_classes: Counter = field(default_factory=Counter)
+    elapsed_s: float = 0.0
+
+    @property
+    def remaining_failures(self) -> int:
+        return self.failed
+
+
+@dataclass
+class _ResumeState:
+    done: set[tuple[int, int]] = field(default_factory=set)
+    attempts: Counter = field(default_factory=Counter)
+    terminal: set[tuple[int, int]] = field(default_factory=set)
+
+
+class RolloutCollector:
+    """Runs the rows of a materialized inputs file against agents' ``/run`` (``agent_urls``: name -> base URL)."""
+
+    def __init__(self, materialized: Materialized, agent_urls: dict[str, str], options: CollectionOptions) -> None:
+        self.materialized = materialized
+        self.agent_urls = agent_urls
+        self.options = options
+        self.summary = CollectionSummary(options.output_path, failures_path(options.output_path))
+        self._reward_sums: dict[str, list[float]] = {}
+        self._transport = TransportConfig(total_timeout_s=options.rollout_timeout_s, max_attempts=1)
+
+    # -- state ---------------------------------------------------------------------------------------------------
+
+    def _prepare_files(self) -> _ResumeState:
+        output, failures, manifest = (
+            self.options.output_path,
+            self.summary.failures_path,
+            manifest_path(self.options.output_path),
+        )
+        state = _ResumeState()
+        if self.options.resume and output.exists() and manifest.exists():
+            recorded = orjson.loads(manifest.read_bytes()).get("fingerprint")
+            if recorded != self.materialized.fingerprint:
+                raise ConfigError(
+                    f"cannot resume {output}: the materialized inputs differ from the run being resumed (input data, "
+                    "limit, repeats or parameter overrides changed). Use a new --output, or delete the old files"
+                )
+            for path in (output, failures):
+                if repair_tail(path):
+                    tqdm.write(f"note: dropped a partial last line of {path} (a write was interrupted)")
+            state.done = {rollout_key(row) for _, row in iter_jsonl(output)} if output.exists() else set()
+            if failures.exists():
+                for _, row in iter_jsonl(failures):
+                    key = rollout_key(row)
+                    state.attempts[key] += 1
+                    if row.get(FAILURE_TERMINAL_KEY):
+                        state.terminal.add(key)
+        else:
+            for path in (output, failures):
+                path.unlink(missing_ok=True)
+            write_json_atomic(manifest, {"fingerprint": self.materialized.fingerprint, "started_at": time.time()})
+        return state
+
+    def _pending(self, state: _ResumeState) -> Iterator[dict[str, Any]]:
+        for _, row in iter_jsonl(self.materialized.path):
+            key = rollout_key(row)
+            if key in state.done:
+                self.summary.skipped_done += 1
+                continue
+            if key in state.terminal or state.attempts[key] >= self.options.max_attempts:
+                self.summary.skipped_exhausted += 1
+                continue
+            if state.attempts[key]:
+                row[ATTEMPT_INDEX_KEY] = state.attempts[key]
+            yield row
+
+    # -- running -------------------------------------------------------------------------------------------------
+
+    async def run(self) -> CollectionSummary:
+        state = self._prepare_files()
+        exhausted = {k for k, n in state.attempts.items() if n >= self.options.max_attempts} | state.terminal
+        total = self.materialized.num_rows - len(state.done) - len(exhausted - state.done)
+        started = time.monotonic()
+        pending = self._pending(state)
+        self._bar = tqdm(
+            total=total, desc="Collecting rollouts", unit="rollout",
+            disable=not self.options.show_progress, dynamic_ncols=True, mininterval=0.5,
+        )  # fmt: skip
+        self._output = JsonlWriter(self.options.output_path)
+        self._failures = JsonlWriter(self.summary.failures_path)
+        try:
+            workers = [asyncio.create_task(self._worker(pending)) for _ in range(max(1, self.options.concurrency))]
+            try:
+                await asyncio.gather(*workers)
+            except BaseException:
+                for worker in workers:
+                    worker.cancel()
+                await asyncio.gather(*workers, return_exceptions=True)
+                raise
+        finally:
+            self._output.close()
+            self._failures.close()
+            self._bar.close()
+            self.summary.elapsed_s = time.monotonic() - started
+            compact_failures(self.options.output_path)
+        return self.summary
+
+    async def _worker(self, pending: Iterator[dict[str, Any]]) -> None:
+        for row in pending:  # a plain iterator shared by all workers: each row is taken exactly once
+            await self._run_one(row)
+
+    async def _run_one(self, row: dict[str, Any]) -> None:
+        agent = row[AGENT_REF_KEY]["name"]
+        url = self.agent_urls.get(agent)
+        if url is None:
+            self._fail(row, "unknown_agent", f"agent {agent!r} is not running")
+            return
+        try:
+            response = await http_client.request(
+                "POST", f"{url}/run", json=row, server_name=agent, url_path="/run", config=self._transport, retry=False
+            )
+            body = await response.read()
+        except ServerTimeoutError as e:
+            self._fail(row, "timeout", str(e))
+            return
+        except TransportError as e:
+            self._fail(row, "connection_error", str(e))
+            return
+        if response.status != 200:
+            self._fail(row, f"http_{response.status}", body[:2000].decode("utf-8", "replace"))
+            return
+        try:
+            result = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            self._fail(row, "invalid_response", "the agent's /run answer is not JSON")
+            return
+        if not isinstance(result, dict) or not isinstance(result.get("reward"), (int, float)):
+            self._fail(row, "invalid_response", "the agent's /run answer has no numeric reward")
+            return
+        if result.get(FAILURE_CLASS_KEY):  # e.g. a judge that could not be reached: not a reward of 0
+            self._fail(row, str(result[FAILURE_CLASS_KEY]), str(result.get(FAILURE_MESSAGE_KEY, "")))
+            return
+        result[TASK_INDEX_KEY] = row[TASK_INDEX_KEY]
+        result[ROLLOUT_INDEX_KEY] = row[ROLLOUT_INDEX_KEY]
+        result[AGENT_REF_KEY] = row[AGENT_REF_KEY]
+        if ATTEMPT_INDEX_KEY in row:
+            result[ATTEMPT_INDEX_KEY] = row[ATTEMPT_INDEX_KEY]
+        self._output.write(result)
+        self.summary.succeeded += 1
+        sums = self._reward_sums.setdefault(agent, [0.0, 0])
+        sums[0] += float(result["reward"])
+        sums[1] += 1
+        self._advance()
+
+    def _fail(self, row: dict[str, Any], failure_class: str, message: str) -> None:
+        self._failures.write(
+            {
+                TASK_INDEX_KEY: row[TASK_INDEX_KEY],
+                ROLLOUT_INDEX_KEY: row[ROLLOUT_INDEX_KEY],
+                ATTEMPT_INDEX_KEY: row.get(ATTEMPT_INDEX_KEY, 0),
+                AGENT_REF_KEY: row[AGENT_REF_KEY],
+                FAILURE_CLASS_KEY: failure_class,
+                FAILURE_MESSAGE_KEY: message,
+            }
+        )
+        self.summary.failed += 1
+        self.summary.failure_classes[failure_class] += 1
+        self._advance()
+
+    def _advance(self) -> None:
+        self._bar.update(1)
+        if self._bar.disable:
+            return
+        postfix = {"failed": self.summary.failed}
+        for agent, (total, count) in self._reward_sums.items():
+            postfix[f"reward[{agent}]"] = f"{total / count:.3f}"
+        self._bar.set_postfix(postfix, refresh=False)
+
+
+def compact_failures(output_path: Path) -> None:
+    """Drop failure records of rollouts that have since succeeded, so the sidecar lists only what is still missing.
+
+    Every failed attempt of an unfinished rollout is kept: resume counts them against the attempt cap.
+    """
+    failures = failures_path(output_path)
+    if not failures.exists():
+        return
+    if failures.stat().st_size == 0:
+        failures.unlink()
+        return
+    done = {rollout_key(row) for _, row in iter_jsonl(output_path)} if output_path.exists() else set()
+    kept = [row for _, row in iter_jsonl(failures) if rollout_key(row) not in done]
+    temporary = failures.with_name(f".{failures.name}.tmp")
+    with JsonlWriter(temporary, append=False) as writer:
+        for row in kept:
+            writer.write(row)
+    temporary.replace(failures)

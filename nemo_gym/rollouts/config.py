@@ -1,0 +1,51 @@
+"""The settings of a rollout collection, read from the composed config (flags are sugar for these keys)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ConfigDict, Field, field_validator
+
+from nemo_gym.config_types import BaseNeMoGymCLIConfig
+from nemo_gym.rollouts.collector import DEFAULT_CONCURRENCY
+
+
+class RolloutCollectionConfig(BaseNeMoGymCLIConfig):
+    """Collect scored rollouts: run every row of a JSONL dataset through its agent, ``num_repeats`` times.
+
+    Examples:
+
+        gym eval run --resources-server example_single_tool_call --agent example_single_tool_call_simple_agent \
+--input resources_servers/example_single_tool_call/data/example.jsonl --output results/weather.jsonl
+    """
+
+    model_config = ConfigDict(extra="ignore")
+
+    output_jsonl_fpath: str = Field(description="Where scored rollouts go (--output); sidecar files sit beside it.")
+    input_jsonl_fpath: str | None = Field(default=None, description="Dataset rows to run (--input).")
+    split: str | None = Field(
+        default=None, description="Without --input: run the agents' datasets of this type (train/validation/example)."
+    )
+    agent_name: str | None = Field(default=None, description="Agent for rows without agent_ref (--agent).")
+    limit: int | None = Field(default=None, description="Only the first N rows (--limit).")
+    num_repeats: int | dict[str, int] | None = Field(default=1, description="Rollouts per row (--num-repeats).")
+    num_samples_in_parallel: int | None = Field(
+        default=DEFAULT_CONCURRENCY, description="Rollouts in flight at once (--concurrency)."
+    )
+    resume_from_cache: bool = Field(default=False, description="Continue a previous run (--resume).")
+    responses_create_params: dict[str, Any] = Field(
+        default_factory=dict, description="Overrides merged over every row's create params (--temperature, …)."
+    )
+    disable_aggregation: bool = Field(default=False, description="Skip aggregate metrics (--disable-aggregation).")
+    num_repeats_add_seed: bool = Field(default=False, description="Seed each repeat with its rollout index.")
+    rollout_timeout_seconds: float = Field(default=3600.0, gt=0, description="Deadline of one rollout.")
+
+    @field_validator("num_repeats", mode="before")
+    @classmethod
+    def _none_is_one(cls, value: Any) -> Any:
+        return 1 if value is None else value
+
+    @field_validator("num_samples_in_parallel", mode="before")
+    @classmethod
+    def _default_concurrency(cls, value: Any) -> Any:
+        return DEFAULT_CONCURRENCY if value is None else value

@@ -1,0 +1,84 @@
+"""JSONL reading and writing with errors that point at the file and line, and writes that survive a crash.
+
+Rows are read lazily (constant memory however large the file) and written one line at a time, flushed, so an
+interrupted run leaves every finished row on disk and at most one partial last line, which :func:`repair_tail` drops.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from nemo_gym.config_types import ConfigError, ConfigPathNotFoundError
+
+
+def iter_jsonl(path: Path, limit: int | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield ``(line_number, row)`` for each non-blank line; a line that is not a JSON object is a ConfigError."""
+    if not path.is_file():
+        raise ConfigPathNotFoundError(f"input file {path} does not exist")
+    count = 0
+    with path.open("rb") as f:
+        for number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            if limit is not None and count >= limit:
+                return
+            try:
+                row = orjson.loads(line)
+            except orjson.JSONDecodeError as e:
+                raise ConfigError(f"{path}:{number}: not valid JSON ({e})") from e
+            if not isinstance(row, dict):
+                raise ConfigError(f"{path}:{number}: each line must be a JSON object, got {type(row).__name__}")
+            count += 1
+            yield number, row
+
+
+class JsonlWriter:
+    """Append rows to a JSONL file, one flushed line per row."""
+
+    def __init__(self, path: Path, append: bool = True) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._file = path.open("ab" if append else "wb")
+
+    def write(self, row: dict[str, Any]) -> None:
+        self._file.write(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE | orjson.OPT_SERIALIZE_NUMPY))
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> JsonlWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def repair_tail(path: Path) -> bool:
+    """Drop a partial last line left by a crash mid-write; True if something was dropped."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return False
+    with path.open("rb+") as f:
+        f.seek(0, os.SEEK_END)
+        size = f.tell()
+        chunk = min(size, 1 << 20)
+        f.seek(size - chunk)
+        tail = f.read(chunk)
+        if tail.endswith(b"\n"):
+            return False
+        cut = tail.rfind(b"\n")
+        f.truncate(size - chunk + cut + 1 if cut >= 0 else (0 if chunk == size else size))
+        return True
+
+
+def write_json_atomic(path: Path, value: Any) -> None:
+    """Write a JSON file via a temporary file and rename, so readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_bytes(orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+    os.replace(temporary, path)

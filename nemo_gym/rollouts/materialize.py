@@ -1,0 +1,176 @@
+"""Turning dataset rows into the exact list of rollouts to run.
+
+Every input row becomes ``num_repeats`` rollout rows, each stamped with
+
+* ``agent_ref``: the agent that serves it (the row's own, else ``--agent``);
+* ``_ng_task_index``: a stable identity of the task — the row's own if given, else the position of the first row with
+  the same content (rows are compared as canonical JSON, so key order and whitespace do not matter);
+* ``_ng_rollout_index``: 0..n-1 among the rollouts of one task.
+
+The rows are written to ``<stem>_materialized_inputs.jsonl`` before any rollout starts; every line is checked first
+(valid JSON, valid ``responses_create_params``, an agent), and every problem is reported as ``file:line: reason``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+from pydantic import ValidationError
+
+from nemo_gym.config_types import AGENT_REF_KEY, ConfigError
+from nemo_gym.openai_utils import NeMoGymResponseCreateParamsNonStreaming
+from nemo_gym.rollouts.jsonl import JsonlWriter, iter_jsonl
+
+TASK_INDEX_KEY = "_ng_task_index"
+ROLLOUT_INDEX_KEY = "_ng_rollout_index"
+ATTEMPT_INDEX_KEY = "_ng_attempt_index"
+MAX_REPORTED_PROBLEMS = 20
+
+
+@dataclass
+class MaterializeOptions:
+    input_path: Path
+    output_path: Path
+    agent_name: str | None = None
+    limit: int | None = None
+    num_repeats: int | dict[str, int] = 1
+    responses_create_params: dict[str, Any] = field(default_factory=dict)
+    """Shallow-merged over each row's ``responses_create_params`` (e.g. temperature)."""
+    num_repeats_add_seed: bool = False
+    known_agents: list[str] | None = None
+
+
+@dataclass
+class Materialized:
+    path: Path
+    num_rows: int
+    num_tasks: int
+    rollouts_per_agent: dict[str, int]
+    fingerprint: str
+    """Hash of the materialized rows: resume refuses to continue a run whose inputs changed."""
+
+
+def materialized_inputs_path(output_path: Path) -> Path:
+    return output_path.with_name(f"{output_path.stem}_materialized_inputs.jsonl")
+
+
+def _repeats_for(options: MaterializeOptions, agent: str) -> int:
+    if isinstance(options.num_repeats, int):
+        return options.num_repeats
+    if agent in options.num_repeats:
+        return int(options.num_repeats[agent])
+    return int(options.num_repeats.get("_default", 1))
+
+
+def _check(options: MaterializeOptions) -> None:
+    if options.limit is not None and options.limit < 1:
+        raise ConfigError(f"limit must be at least 1 (or unset for all rows), got {options.limit}")
+    repeats = options.num_repeats.values() if isinstance(options.num_repeats, dict) else [options.num_repeats]
+    if any(int(n) < 1 for n in repeats):
+        raise ConfigError(f"num_repeats must be at least 1, got {options.num_repeats}")
+    if isinstance(options.num_repeats, dict) and options.known_agents is not None:
+        unknown = sorted(set(options.num_repeats) - set(options.known_agents) - {"_default"})
+        if unknown:
+            raise ConfigError(f"num_repeats names agents that are not defined: {', '.join(unknown)}")
+
+
+def _agent_of(row: dict[str, Any], options: MaterializeOptions) -> str | None:
+    ref = row.get(AGENT_REF_KEY)
+    if isinstance(ref, dict) and isinstance(ref.get("name"), str):
+        return ref["name"]
+    if isinstance(ref, str):
+        return ref
+    return options.agent_name
+
+
+def _validate_rows(options: MaterializeOptions) -> None:
+    """Read every row once and report all problems before anything is written or run."""
+    problems: list[str] = []
+    for number, row in iter_jsonl(options.input_path, options.limit):
+        where = f"{options.input_path}:{number}"
+        params = row.get("responses_create_params")
+        if not isinstance(params, dict):
+            problems.append(f"{where}: missing responses_create_params (a mapping of Responses API create params)")
+        else:
+            try:
+                NeMoGymResponseCreateParamsNonStreaming.model_validate(params | options.responses_create_params)
+            except ValidationError as e:
+                first = e.errors()[0]
+                location = ".".join(str(p) for p in first["loc"])
+                problems.append(f"{where}: responses_create_params.{location}: {first['msg']}")
+        agent = _agent_of(row, options)
+        if agent is None:
+            problems.append(f"{where}: no agent_ref in the row; pass --agent NAME (or +agent_name=NAME)")
+        elif options.known_agents is not None and agent not in options.known_agents:
+            known = ", ".join(sorted(options.known_agents)) or "none"
+            problems.append(f"{where}: agent {agent!r} is not defined in the config (agents: {known})")
+        if len(problems) >= MAX_REPORTED_PROBLEMS:
+            problems.append("… (stopped after 20 problems)")
+            break
+    if problems:
+        raise ConfigError(f"{len(problems)} problem(s) in {options.input_path}: " + " | ".join(problems))
+
+
+def iter_materialized(options: MaterializeOptions) -> Iterator[dict[str, Any]]:
+    task_ids: dict[bytes, int] = {}
+    next_rollout: dict[int, int] = {}
+    for _, row in iter_jsonl(options.input_path, options.limit):
+        agent = _agent_of(row, options)
+        row = dict(row)
+        row[AGENT_REF_KEY] = {"type": "responses_api_agents", "name": agent}
+        row["responses_create_params"] = row["responses_create_params"] | options.responses_create_params
+        if TASK_INDEX_KEY in row:
+            task = int(row[TASK_INDEX_KEY])
+        else:
+            identity = hashlib.blake2b(orjson.dumps(row, option=orjson.OPT_SORT_KEYS), digest_size=16).digest()
+            task = task_ids.setdefault(identity, len(task_ids))
+        for _ in range(_repeats_for(options, agent)):
+            rollout = next_rollout.get(task, 0)
+            next_rollout[task] = rollout + 1
+            copy = orjson.loads(orjson.dumps(row))
+            copy[TASK_INDEX_KEY] = task
+            copy[ROLLOUT_INDEX_KEY] = rollout
+            if options.num_repeats_add_seed:
+                _add_seed(copy, rollout)
+            yield copy
+
+
+def _add_seed(row: dict[str, Any], seed: int) -> None:
+    """Put ``seed`` into ``metadata.extra_body`` (a JSON string, as the Responses API keeps metadata values strings)."""
+    params = row["responses_create_params"]
+    metadata = dict(params.get("metadata") or {})
+    extra = orjson.loads(metadata.get("extra_body") or "{}")
+    extra["seed"] = seed
+    metadata["extra_body"] = orjson.dumps(extra).decode()
+    params["metadata"] = metadata
+
+
+def materialize(options: MaterializeOptions) -> Materialized:
+    """Validate the input, then write the materialized rows; returns counts and a fingerprint."""
+    _check(options)
+    _validate_rows(options)
+    path = materialized_inputs_path(options.output_path)
+    digest = hashlib.blake2b(digest_size=16)
+    per_agent: dict[str, int] = {}
+    tasks: set[int] = set()
+    count = 0
+    temporary = path.with_name(f".{path.name}.tmp")
+    with JsonlWriter(temporary, append=False) as writer:
+        for row in iter_materialized(options):
+            writer.write(row)
+            digest.update(orjson.dumps(row, option=orjson.OPT_SORT_KEYS))
+            agent = row[AGENT_REF_KEY]["name"]
+            per_agent[agent] = per_agent.get(agent, 0) + 1
+            tasks.add(row[TASK_INDEX_KEY])
+            count += 1
+    temporary.replace(path)
+    return Materialized(path, count, len(tasks), per_agent, digest.hexdigest())
+
+
+def rollout_key(row: dict[str, Any]) -> tuple[int, int]:
+    return int(row[TASK_INDEX_KEY]), int(row[ROLLOUT_INDEX_KEY])
