@@ -8,6 +8,7 @@ server kinds; ``run_webserver()`` is what an implementation's ``app.py`` calls u
 from __future__ import annotations
 
 import difflib
+import importlib.util
 import json
 import logging
 import os
@@ -43,7 +44,7 @@ from nemo_gym.global_config import (
     maybe_get_global_config_dict,
 )
 from nemo_gym.servers import http_client
-from nemo_gym.servers.http_client import TransportError, raise_for_status, response_json
+from nemo_gym.servers.http_client import ServerTimeoutError, TransportError, raise_for_status, response_json
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +70,10 @@ def json_response(content: Any, status_code: int = 200) -> Response:
 async def get_response_json(response: aiohttp.ClientResponse) -> Any:
     """The JSON body of a response returned by :class:`ServerClient` (already read, parsed with orjson)."""
     return await response_json(response)
+
+
+_BASE_URL_CACHE_SIZE = 1024
+_base_url_cache: dict[tuple[int, str], tuple[DictConfig, str]] = {}
 
 
 class ServerClient(BaseModel):
@@ -102,6 +107,20 @@ class ServerClient(BaseModel):
         )
 
     def server_base_url(self, server_name: str) -> str:
+        """``http://host:port`` of an instance. Cached: walking an OmegaConf tree on every call was the agent's
+        single largest cost per request. An entry is only used while ``global_config_dict`` is the same object."""
+        config = self.global_config_dict
+        key = (id(config), server_name)
+        hit = _base_url_cache.get(key)
+        if hit is not None and hit[0] is config:
+            return hit[1]
+        url = self._lookup_base_url(server_name)
+        if len(_base_url_cache) >= _BASE_URL_CACHE_SIZE:
+            _base_url_cache.clear()
+        _base_url_cache[key] = (config, url)  # holding the config keeps its id from being reused
+        return url
+
+    def _lookup_base_url(self, server_name: str) -> str:
         block = self.global_config_dict.get(server_name)
         server_type = next((t for t in SERVER_TYPES if isinstance(block, DictConfig) and t in block), None)
         if server_type is None:
@@ -230,7 +249,15 @@ class SimpleServer(BaseServer):
         @app.exception_handler(TransportError)
         async def _inner_server_failed(request: Request, error: TransportError) -> JSONResponse:
             logger.warning("%s %s: %s", server_name, request.url.path, error)
-            return JSONResponse(status_code=502, content={"error": str(error), "server": server_name})
+            content = {
+                "error": str(error),
+                "server": server_name,
+                "upstream_server": getattr(error, "server", None),
+                "upstream_path": getattr(error, "url_path", None),
+                "upstream_status": getattr(error, "status", None),
+                "upstream_timeout": isinstance(error, ServerTimeoutError),
+            }
+            return JSONResponse(status_code=502, content=content)
 
         @app.exception_handler(ValidationError)
         async def _invalid_body(request: Request, error: ValidationError) -> JSONResponse:
@@ -282,10 +309,12 @@ class SimpleServer(BaseServer):
         if global_config.get("dry_run"):
             return
         raise_open_file_limit()
+        configure_transport(global_config)
         fd = os.environ.get(LISTEN_FD_ENV_VAR)
         uvicorn_config = uvicorn.Config(
             app,
-            fd=int(fd) if fd else None,
+            loop=event_loop_choice(global_config),
+            http="httptools" if importlib.util.find_spec("httptools") else "h11",
             host=config.host,
             port=config.port or 0,
             log_level="debug" if global_config.get("verbose") else "info",
@@ -295,11 +324,51 @@ class SimpleServer(BaseServer):
             lifespan="on",
         )
         server_process = uvicorn.Server(uvicorn_config)
-        if fd:  # uvicorn logs "0.0.0.0:0" for an inherited socket; say where we really listen
-            sock = socket.socket(fileno=int(fd))
-            logger.info("%s listening on http://%s:%s", name, *sock.getsockname()[:2])
-            sock.detach()
-        server_process.run()
+        if not fd:
+            server_process.run()
+            return
+        # Not uvicorn's `fd=`: it wraps the descriptor as AF_UNIX, so the loop treats accepted TCP connections as
+        # Unix ones and never sets TCP_NODELAY; every response written in two parts then waits ~40 ms on a delayed
+        # ACK. `socket(fileno=)` asks the kernel for the real family.
+        sock = socket.socket(fileno=int(fd))
+        logger.info("%s listening on http://%s:%s", name, *sock.getsockname()[:2])
+        server_process.run(sockets=[sock])
+
+
+EVENT_LOOP_KEY = "server_event_loop"
+"""Global config key: ``uvloop`` (default where installed) or ``asyncio``, the event loop of every server process."""
+CONNECTOR_LIMIT_KEY = "global_aiohttp_connector_limit"
+CONNECTOR_LIMIT_PER_HOST_KEY = "global_aiohttp_connector_limit_per_host"
+
+
+def event_loop_choice(global_config: DictConfig | dict[str, Any]) -> str:
+    """The event loop a server runs on.
+
+    uvloop roughly halves the time each request spends in the loop and in socket calls. ``server_event_loop: asyncio``
+    switches back to the standard loop, e.g. to rule out a uvloop bug such as descriptors left registered after a
+    cancelled connect.
+    """
+    wanted = str(global_config.get(EVENT_LOOP_KEY) or "auto").lower()
+    if wanted not in ("auto", "uvloop", "asyncio"):
+        raise ConfigError(f"{EVENT_LOOP_KEY} must be auto, uvloop or asyncio, not {wanted!r}")
+    if wanted == "auto":
+        return "uvloop" if importlib.util.find_spec("uvloop") else "asyncio"
+    return wanted
+
+
+def configure_transport(global_config: DictConfig | dict[str, Any]) -> None:
+    """Apply the config's connection-pool sizes (the reference implementation's key names) to this process."""
+    updates = {}
+    for key, field in ((CONNECTOR_LIMIT_KEY, "limit"), (CONNECTOR_LIMIT_PER_HOST_KEY, "limit_per_host")):
+        value = global_config.get(key)
+        if value is not None:
+            updates[field] = value
+    if updates:
+        current = http_client.get_default_config()
+        try:
+            http_client.set_default_config(http_client.TransportConfig.model_validate(current.model_dump() | updates))
+        except ValidationError as e:
+            raise ConfigError(f"invalid connection-pool size in the config: {e}") from e
 
 
 def raise_open_file_limit(target: int = 65535) -> None:

@@ -7,6 +7,7 @@ environment's own metric code runs) or computed here with the default statistics
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,8 @@ from nemo_gym.config_types import AGENT_REF_KEY, AggregateMetrics
 from nemo_gym.metrics import aggregate_verify_responses
 from nemo_gym.rollouts.jsonl import iter_jsonl, write_json_atomic
 from nemo_gym.servers import http_client
+
+logger = logging.getLogger(__name__)
 
 HEAVY_FIELDS = ("response", "responses_create_params")
 
@@ -55,17 +58,26 @@ async def compute_metrics(
     results = []
     for agent, rows in sorted(grouped.items()):
         url = (agent_urls or {}).get(agent)
-        if url:
-            answer = await http_client.request(
-                "POST", f"{url}/aggregate_metrics", json={"verify_responses": rows}, server_name=agent,
-                url_path="/aggregate_metrics",
-            )  # fmt: skip
-            http_client.raise_for_status(answer, agent, "/aggregate_metrics")
-            metrics = AggregateMetrics.model_validate(await http_client.response_json(answer))
-        else:
+        metrics = await _metrics_from_server(agent, url, rows) if url else None
+        if metrics is None:
             metrics = aggregate_verify_responses(rows)
         results.append({AGENT_REF_KEY: {"type": "responses_api_agents", "name": agent}, **metrics.model_dump()})
     return results
+
+
+async def _metrics_from_server(agent: str, url: str, rows: list[dict[str, Any]]) -> AggregateMetrics | None:
+    """The environment's own metrics; None (with a warning) if its server cannot answer, so a finished run still
+    gets the default metrics rather than none."""
+    try:
+        answer = await http_client.request(
+            "POST", f"{url}/aggregate_metrics", json={"verify_responses": rows}, server_name=agent,
+            url_path="/aggregate_metrics",
+        )  # fmt: skip
+        http_client.raise_for_status(answer, agent, "/aggregate_metrics")
+        return AggregateMetrics.model_validate(await http_client.response_json(answer))
+    except (http_client.TransportError, ValueError) as e:
+        logger.warning("aggregate metrics of %s computed locally: its server could not answer (%s)", agent, e)
+        return None
 
 
 def write_metrics(path: Path, metrics: list[dict[str, Any]]) -> None:

@@ -200,7 +200,7 @@ class RolloutCollector:
             self._fail(row, "connection_error", str(e))
             return
         if response.status != 200:
-            self._fail(row, f"http_{response.status}", body[:2000].decode("utf-8", "replace"))
+            self._fail(row, classify_http_failure(response.status, body), body[:2000].decode("utf-8", "replace"))
             return
         try:
             result = orjson.loads(body)
@@ -250,6 +250,25 @@ class RolloutCollector:
         self._bar.set_postfix(postfix, refresh=False)
 
 
+def classify_http_failure(status: int, body: bytes) -> str:
+    """A short failure class from an agent's error answer: which hop failed, not just the status.
+
+    ``verify_failed``, ``seed_session_failed``, ``model_failed`` (``…_timeout`` when that hop timed out) for a
+    failing server behind the agent; ``invalid_row`` for a 422; ``agent_error`` for a crash in the agent itself.
+    """
+    try:
+        detail = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        detail = {}
+    if status == 422:
+        return "invalid_row"
+    path = detail.get("upstream_path") if isinstance(detail, dict) else None
+    if status == 502 and isinstance(path, str):
+        hop = "model" if path.startswith("/v1/") else path.strip("/").split("/")[-1] or "upstream"
+        return f"{hop}_{'timeout' if detail.get('upstream_timeout') else 'failed'}"
+    return "agent_error" if status >= 500 else f"http_{status}"
+
+
 def compact_failures(output_path: Path) -> None:
     """Drop failure records of rollouts that have since succeeded, so the sidecar lists only what is still missing.
 
@@ -263,6 +282,9 @@ def compact_failures(output_path: Path) -> None:
         return
     done = {rollout_key(row) for _, row in iter_jsonl(output_path)} if output_path.exists() else set()
     kept = [row for _, row in iter_jsonl(failures) if rollout_key(row) not in done]
+    if not kept:
+        failures.unlink()
+        return
     temporary = failures.with_name(f".{failures.name}.tmp")
     with JsonlWriter(temporary, append=False) as writer:
         for row in kept:

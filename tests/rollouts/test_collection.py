@@ -1,0 +1,172 @@
+"""Rollout collection against real server processes: exactly-once output, failure routing, resume, interruption."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from nemo_gym.launcher import running_servers
+from nemo_gym.rollouts.config import RolloutCollectionConfig
+from nemo_gym.rollouts.run import run_collection
+from tests.rollouts.conftest import CONFIG, ROOT, reward_of, stack_overrides, write_dataset
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+
+
+def read(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def keys(rows: list[dict]) -> list[tuple[int, int]]:
+    return [(row["_ng_task_index"], row["_ng_rollout_index"]) for row in rows]
+
+
+def settings(workdir: Path, data: Path, **kwargs) -> RolloutCollectionConfig:
+    return RolloutCollectionConfig(
+        output_jsonl_fpath=str(workdir / "out" / "rollouts.jsonl"), input_jsonl_fpath=str(data),
+        agent_name="rollout_test_agent", **kwargs,
+    )  # fmt: skip
+
+
+def test_thousand_rows_four_repeats_exactly_once_with_hand_computed_metrics(workdir, extra_root):
+    data = write_dataset(workdir / "data.jsonl", 1000)
+    with running_servers(stack_overrides(workdir)) as run:
+        result = run_collection(settings(workdir, data, num_repeats=4, num_samples_in_parallel=128), run.config,
+                                show_progress=False)  # fmt: skip
+    rows = read(result.summary.output_path)
+    assert len(rows) == 4000 and result.summary.failed == 0
+    assert set(keys(rows)) == {(t, r) for t in range(1000) for r in range(4)} and len(set(keys(rows))) == 4000
+    assert all(row["reward"] == reward_of(row["_ng_task_index"]) for row in rows)
+    assert all(row["agent_ref"]["name"] == "rollout_test_agent" for row in rows)
+
+    (metrics,) = result.metrics
+    agent = metrics["agent_metrics"]
+    ones = len([t for t in range(1000) if t % 3 == 0])
+    assert agent["mean/reward"] == pytest.approx((ones * 1.0 + (1000 - ones) * 0.25) / 1000)
+    assert agent["max/reward"] == 1.0 and agent["min/reward"] == 0.25
+    assert agent["pass@1"] == pytest.approx(ones / 1000) and agent["pass@4"] == pytest.approx(ones / 1000)
+    assert agent["num_rollouts"] == 4000 and agent["num_tasks"] == 1000
+    assert len(metrics["group_level_metrics"]) == 1000
+    assert json.loads(result.metrics_path.read_text())[0]["agent_ref"]["name"] == "rollout_test_agent"
+    materialized = read(result.materialized.path)
+    assert keys(materialized) == [(t, r) for t in range(1000) for r in range(4)]
+
+
+def test_failures_go_to_the_sidecar_and_resume_completes_the_rest(workdir, extra_root, monkeypatch):
+    """10% of verifies fail, then the model server is killed mid-run; --resume on a fresh stack finishes the job."""
+    monkeypatch.setenv("NEMO_GYM_MAX_ROLLOUT_ATTEMPTS", "10")
+    data = write_dataset(workdir / "data.jsonl", 150)
+    config = settings(workdir, data, num_repeats=2, num_samples_in_parallel=16)
+    flaky = "++rollout_test_env.resources_servers.rollout_test_env.fail_every=10"
+    output = Path(config.output_jsonl_fpath)
+    with running_servers(stack_overrides(workdir, flaky)) as run:
+        model = next(server for server in run.servers if server.name == "policy_model")
+        outcome: dict = {}
+        worker = threading.Thread(
+            target=lambda: outcome.setdefault("result", run_collection(config, run.config, False))
+        )
+        worker.start()
+        deadline = time.monotonic() + 60
+        while len(read(output)) < 100 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.killpg(model.popen.pid, signal.SIGKILL)
+        worker.join(timeout=120)
+    first = outcome["result"].summary
+    failures = read(output.with_name("rollouts_failures.jsonl"))
+    classes = Counter(row["_ng_failure_class"] for row in failures)
+    assert first.succeeded + first.failed == 300
+    assert classes["verify_failed"] > 0 and classes["model_failed"] > 0, classes
+    assert all(row["_ng_failure_message"] for row in failures)
+
+    for _ in range(5):  # each resume retries what failed; verifies keep failing 10% of the time
+        with running_servers(stack_overrides(workdir, flaky)) as run:
+            resumed = run_collection(config.model_copy(update={"resume_from_cache": True}), run.config, False)
+        if resumed.summary.failed == 0:
+            break
+    rows = read(output)
+    assert sorted(keys(rows)) == [(t, r) for t in range(150) for r in range(2)]
+    assert not output.with_name("rollouts_failures.jsonl").exists()
+    assert resumed.summary.skipped_done > 0
+    assert all(row["reward"] == reward_of(row["_ng_task_index"]) for row in rows)
+
+
+def test_judge_failures_are_failures_not_zero_rewards(workdir, extra_root):
+    data = write_dataset(workdir / "data.jsonl", 20)
+    judge = "++rollout_test_env.resources_servers.rollout_test_env.judge_fail_every=4"
+    with running_servers(stack_overrides(workdir, judge)) as run:
+        result = run_collection(settings(workdir, data, num_samples_in_parallel=1), run.config, show_progress=False)
+    failures = read(result.summary.failures_path)
+    assert result.summary.failed == 5 and {row["_ng_failure_class"] for row in failures} == {"judge_failed"}
+    assert all(row["reward"] == reward_of(row["_ng_task_index"]) for row in read(result.summary.output_path))
+    assert result.metrics[0]["agent_metrics"]["num_rollouts"] == 15
+
+
+def test_malformed_input_is_reported_with_file_and_line_before_anything_runs(workdir, extra_root):
+    data = workdir / "bad.jsonl"
+    data.write_text('{"responses_create_params": {"input": "ok"}}\n{not json\n')
+    with pytest.raises(Exception, match=r"bad\.jsonl:2: not valid JSON"):
+        run_collection(settings(workdir, data), _unstarted_config(workdir), show_progress=False)
+    assert not (workdir / "out" / "rollouts.jsonl").exists()
+    data.write_text('{"responses_create_params": {"input": "ok", "temperature": "hot"}}\n{"x": 1}\n')
+    with pytest.raises(Exception) as error:
+        run_collection(settings(workdir, data), _unstarted_config(workdir), show_progress=False)
+    assert "bad.jsonl:1: responses_create_params.temperature" in str(error.value)
+    assert "bad.jsonl:2: missing responses_create_params" in str(error.value)
+
+
+def _unstarted_config(workdir: Path):
+    from nemo_gym.global_config import parse_global_config_dict
+
+    return parse_global_config_dict(stack_overrides(workdir))
+
+
+def _gym_eval_run(workdir: Path, data: Path, *extra: str) -> subprocess.Popen:
+    env = os.environ | {"NEMO_GYM_ENV_YAML": "", "NEMO_GYM_EXTRA_ROOTS": str(ROOT)}
+    args = [
+        sys.executable, "-m", "nemo_gym.cli.main", "eval", "run", "--config", str(CONFIG), "--input", str(data),
+        "--agent", "rollout_test_agent", "--output", str(workdir / "out" / "rollouts.jsonl"), "--concurrency", "8",
+        "--num-repeats", "2", "+shared_venv=true", "+head_server={port: 0}", f"+results_dir={workdir / 'results'}",
+        f"+cache_dir={workdir / 'cache'}", *extra,
+    ]  # fmt: skip
+    return subprocess.Popen(args, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def test_sigint_then_resume_gives_the_same_rows_as_an_uninterrupted_run(workdir):
+    data = write_dataset(workdir / "data.jsonl", 60)
+    slow = "++rollout_test_env.resources_servers.rollout_test_env.verify_delay_s=0.05"
+    output = workdir / "out" / "rollouts.jsonl"
+    interrupted = _gym_eval_run(workdir, data, slow)
+    deadline = time.monotonic() + 90
+    while len(read(output)) < 20 and time.monotonic() < deadline and interrupted.poll() is None:
+        time.sleep(0.05)
+    interrupted.send_signal(signal.SIGINT)
+    log, _ = interrupted.communicate(timeout=60)
+    assert interrupted.returncode == 130, log
+    assert "--resume" in log
+    partial = read(output)
+    assert 20 <= len(partial) < 120
+
+    resumed = _gym_eval_run(workdir, data, slow, "--resume")
+    log, _ = resumed.communicate(timeout=120)
+    assert resumed.returncode == 0, log
+    final = read(output)
+    assert sorted(keys(final)) == [(t, r) for t in range(60) for r in range(2)]
+    assert keys(final)[: len(partial)] == keys(partial)  # nothing already written was touched
+
+    uninterrupted_dir = workdir / "uninterrupted"
+    uninterrupted_dir.mkdir()
+    straight = _gym_eval_run(uninterrupted_dir, data)
+    log, _ = straight.communicate(timeout=120)
+    assert straight.returncode == 0, log
+    reference = read(uninterrupted_dir / "out" / "rollouts.jsonl")
+    as_set = lambda rows: sorted((k, row["reward"]) for k, row in zip(keys(rows), rows, strict=True))  # noqa: E731
+    assert as_set(final) == as_set(reference)

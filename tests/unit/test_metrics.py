@@ -1,0 +1,55 @@
+"""Metric helpers: summary statistics, the unbiased pass@k estimator, majority@k, per-task groups."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+
+from nemo_gym.metrics import aggregate_verify_responses, majority_at_k, pass_at_k, summarize
+
+
+def test_pass_at_k_matches_the_closed_form():
+    assert pass_at_k(5, 2, 2) == pytest.approx(1 - math.comb(3, 2) / math.comb(5, 2))  # 0.7
+    assert pass_at_k(5, 2, 2) == pytest.approx(0.7)
+    assert pass_at_k(4, 0, 2) == 0.0 and pass_at_k(4, 3, 2) == 1.0 and pass_at_k(4, 1, 1) == 0.25
+
+
+def test_pass_at_k_equals_the_probability_over_all_draws():
+    outcomes = [1, 0, 0, 1, 0, 0]
+    for k in range(1, 7):
+        draws = list(itertools.combinations(outcomes, k))
+        assert pass_at_k(6, 2, k) == pytest.approx(sum(any(d) for d in draws) / len(draws))
+
+
+def test_pass_at_k_rejects_impossible_k():
+    with pytest.raises(ValueError):
+        pass_at_k(3, 1, 4)
+
+
+def test_majority_at_k():
+    assert majority_at_k(["a", "b", "a", "c"], [1.0, 0.0, 1.0, 0.0], 4) == 1.0
+    assert majority_at_k(["b", "a", "a"], [0.0, 1.0, 1.0], 1) == 0.0
+    assert majority_at_k([None, None], [1.0, 1.0], 2) == 0.0
+
+
+def test_summarize():
+    stats = summarize([1.0, 2.0, 3.0, 4.0], "reward")
+    assert stats == {"mean/reward": 2.5, "max/reward": 4.0, "min/reward": 1.0, "median/reward": 2.5,
+                     "std/reward": pytest.approx(math.sqrt(1.25))}  # fmt: skip
+
+
+def test_aggregate_by_task_with_usage():
+    rows = [
+        {"_ng_task_index": 0, "_ng_rollout_index": 0, "reward": 1.0, "response": {"usage": {"output_tokens": 10}}},
+        {"_ng_task_index": 0, "_ng_rollout_index": 1, "reward": 0.0, "response": {"usage": {"output_tokens": 20}}},
+        {"_ng_task_index": 1, "_ng_rollout_index": 0, "reward": 0.0},
+        {"_ng_task_index": 1, "_ng_rollout_index": 1, "reward": 0.0},
+    ]
+    metrics = aggregate_verify_responses(rows)
+    assert metrics.agent_metrics["mean/reward"] == 0.25
+    assert metrics.agent_metrics["pass@1"] == 0.25 and metrics.agent_metrics["pass@2"] == 0.5
+    assert metrics.agent_metrics["mean/usage/output_tokens"] == 15
+    assert [g["mean/reward"] for g in metrics.group_level_metrics] == [0.5, 0.0]
+    assert metrics.key_metrics["mean/reward"] == 0.25
