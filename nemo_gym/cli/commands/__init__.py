@@ -1,12 +1,21 @@
 """Every ``gym`` command, grouped as on the command line. A command appears here only once it works."""
 
-from nemo_gym.cli.commands import catalog, env, eval, launch
+from nemo_gym.cli.commands import authoring, catalog, dataset, env, eval, launch
 from nemo_gym.cli.registry import Command
 
 GROUP_HELP = {
+    "dataset": "validate, collate and render datasets",
+    "dev": "contributor tools",
     "env": "compose, check and run the servers of an environment",
     "eval": "collect scored rollouts and compute their metrics",
     "list": "list environments, resources servers, models and agents",
 }
 
-ALL_COMMANDS: tuple[Command, ...] = (*env.COMMANDS, *launch.COMMANDS, *eval.COMMANDS, *catalog.COMMANDS)
+ALL_COMMANDS: tuple[Command, ...] = (
+    *env.COMMANDS,
+    *launch.COMMANDS,
+    *authoring.COMMANDS,
+    *eval.COMMANDS,
+    *catalog.COMMANDS,
+    *dataset.COMMANDS,
+)
