@@ -170,3 +170,29 @@ def test_sigint_then_resume_gives_the_same_rows_as_an_uninterrupted_run(workdir)
     reference = read(uninterrupted_dir / "out" / "rollouts.jsonl")
     as_set = lambda rows: sorted((k, row["reward"]) for k, row in zip(keys(rows), rows, strict=True))  # noqa: E731
     assert as_set(final) == as_set(reference)
+
+
+async def test_rollout_collection_helper_for_rl_frameworks(workdir, extra_root):
+    from nemo_gym.config_types import BaseServerConfig
+    from nemo_gym.rollout_collection import RolloutCollectionHelper
+    from nemo_gym.server_utils import ServerClient
+    from nemo_gym.servers.http_client import close_session
+
+    rows = [
+        {
+            "responses_create_params": {"input": f"q{i}"},
+            "expected_reward": reward_of(i),
+            "agent_ref": {"name": "rollout_test_agent"},
+        }
+        for i in range(12)
+    ] + [{"responses_create_params": {"input": "x", "temperature": "hot"}, "agent_ref": {"name": "rollout_test_agent"}}]
+    with running_servers(stack_overrides(workdir)) as run:
+        client = ServerClient(head_server_config=BaseServerConfig(host="127.0.0.1", port=1),
+                              global_config_dict=run.config)  # fmt: skip
+        results = [pair async for pair in RolloutCollectionHelper(client).run_examples(rows)]
+        await close_session()
+    assert len(results) == 13
+    good = [(row, result) for row, result in results if "reward" in result]
+    assert sorted(result["reward"] for _, result in good) == sorted(reward_of(i) for i in range(12))
+    (bad,) = [result for _, result in results if "_ng_failure_class" in result]
+    assert bad["_ng_failure_class"] == "http_422"

@@ -2,13 +2,15 @@
 
 ``expected_reward`` (row field) is the reward; ``fail_every: N`` makes every Nth ``/verify`` answer HTTP 500 (an
 infrastructure failure, not a low reward); ``judge_fail_every: N`` answers a judge failure instead; ``verify_delay_s``
-slows verification down so a run can be interrupted mid-way.
+slows verification down so a run can be interrupted mid-way. Verification reads only the row, so the server is
+``stateless`` for reverification; ``reverify_mode`` makes it claim another mode (to test the refusal).
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+from typing import ClassVar
 
 from fastapi import HTTPException
 from pydantic import ConfigDict
@@ -17,14 +19,18 @@ from nemo_gym.base_resources_server import (
     BaseResourcesServerConfig,
     BaseVerifyRequest,
     BaseVerifyResponse,
+    ReverifyMode,
     SimpleResourcesServer,
 )
 
 
 class RolloutTestEnvConfig(BaseResourcesServerConfig):
+    REVERIFY_MODE: ClassVar[ReverifyMode] = "stateless"
+
     fail_every: int = 0
     judge_fail_every: int = 0
     verify_delay_s: float = 0.0
+    reverify_mode: ReverifyMode | None = None
 
 
 class RolloutTestVerifyRequest(BaseVerifyRequest):
@@ -55,6 +61,9 @@ class RolloutTestEnv(SimpleResourcesServer):
                 **body.model_dump(), reward=0.0, _ng_failure_class="judge_failed", _ng_failure_message="judge down"
             )
         return result
+
+    async def reverify_mode(self) -> ReverifyMode:
+        return self.config.reverify_mode or self.config.REVERIFY_MODE
 
 
 if __name__ == "__main__":

@@ -1,0 +1,71 @@
+"""The programmatic face of rollout collection, for RL frameworks that drive rollouts themselves.
+
+``gym eval run`` is the command-line path (:mod:`nemo_gym.rollouts`). A trainer instead hands rows to
+:class:`RolloutCollectionHelper` and consumes results as they finish, doing its own batching; the servers are found
+through the head server (or the config this process already has).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterable
+from typing import Any
+
+import orjson
+
+from nemo_gym.config_types import AGENT_REF_KEY, BaseServerConfig, ConfigError
+from nemo_gym.rollouts.config import RolloutCollectionConfig
+from nemo_gym.server_utils import ServerClient
+from nemo_gym.servers import http_client
+
+__all__ = ["RolloutCollectionConfig", "RolloutCollectionHelper"]
+
+
+class RolloutCollectionHelper:
+    """Run rows through their agents' ``/run`` and yield ``(row, result)`` in completion order."""
+
+    def __init__(self, server_client: ServerClient | None = None) -> None:
+        self._client = server_client
+
+    def _server_client(self, head_server_config: BaseServerConfig | None) -> ServerClient:
+        if self._client is None:
+            self._client = ServerClient.load_from_global_config(head_server_config)
+        return self._client
+
+    async def run_examples(
+        self,
+        rows: Iterable[dict[str, Any]],
+        head_server_config: BaseServerConfig | None = None,
+        semaphore: asyncio.Semaphore | None = None,
+    ) -> AsyncIterator[tuple[dict[str, Any], dict[str, Any]]]:
+        """Each row needs ``agent_ref`` (``{"name": ...}``). ``rows`` is one batch: all of it is scheduled at once and
+        at most ``semaphore`` (default 256) rollouts are in flight. A failed rollout yields a result with
+        ``_ng_failure_class`` / ``_ng_failure_message`` instead of raising, so one bad row never stops a batch."""
+        client = self._server_client(head_server_config)
+        limit = semaphore or asyncio.Semaphore(256)
+
+        async def run_one(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+            ref = row.get(AGENT_REF_KEY)
+            name = ref.get("name") if isinstance(ref, dict) else ref
+            if not name:
+                raise ConfigError("every row needs agent_ref: {name: <agent instance>}")
+            async with limit:
+                try:
+                    response = await client.post(name, "/run", json=row, retry=False)
+                    body = await response.read()
+                except http_client.TransportError as e:
+                    return row, {"_ng_failure_class": "connection_error", "_ng_failure_message": str(e)}
+            if response.status != 200:
+                message = body[:2000].decode("utf-8", "replace")
+                return row, {"_ng_failure_class": f"http_{response.status}", "_ng_failure_message": message}
+            return row, orjson.loads(body)
+
+        pending = {asyncio.ensure_future(run_one(row)) for row in rows}
+        try:
+            while pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    yield task.result()
+        finally:
+            for task in pending:
+                task.cancel()
