@@ -84,3 +84,9 @@ def test_data_validation_names_each_problem(tmp_path):
     write(server / "data" / "example_metrics.json", json.dumps({"Number of examples": 5}))
     (server / "data" / "example_metrics_conflict.json").unlink()
     assert validate_server_data(server) == []
+
+
+def test_the_readme_environment_table_is_current():
+    from nemo_gym.authoring.env_table import update_readme
+
+    assert update_readme(PARENT_DIR / "README.md", check=True), "run `gym dev env-table` and commit README.md"

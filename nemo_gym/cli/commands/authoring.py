@@ -86,6 +86,18 @@ def dev_test(invocation: Invocation) -> int:
     return subprocess.call(command, cwd=PARENT_DIR)
 
 
+def env_table(invocation: Invocation) -> int:
+    """Regenerate the README's environment table (``--check``: fail if it is out of date)."""
+    from nemo_gym.authoring.env_table import update_readme
+
+    readme = PARENT_DIR / "README.md"
+    current = update_readme(readme, check=bool(invocation.get("check")))
+    if invocation.get("check") and not current:
+        raise ConfigError(f"the environment table in {readme} is out of date: run `gym dev env-table`")
+    Console().print(f"{readme}: environment table {'is current' if current else 'updated'}")
+    return 0
+
+
 COMMANDS = (
     Command(
         "env", "init", "create a new resources server that runs and passes its tests", init,
@@ -103,4 +115,8 @@ COMMANDS = (
         examples=("example: gym env test --resources-server my_env", "         gym env test   (every server)"),
     ),
     Command("dev", "test", "run the core test suite (tests/)", dev_test),
+    Command(
+        "dev", "env-table", "regenerate the environment table in README.md from the servers", env_table,
+        (Flag(("--check",), "only check that the table is current", switch=True),),
+    ),
 )  # fmt: skip
