@@ -1,8 +1,8 @@
 """Finding the components a checkout (or extra roots) ship: server implementations, their configs, environments.
 
 Used by ``gym list`` / ``gym search`` and by the CLI's asset selectors (``--resources-server NAME``,
-``--model-type NAME``, ``--environment NAME``), which turn a short name into a config path. Roots are searched in
-order (``--search-dir`` roots, cwd, install root) and an earlier root shadows a later one.
+``--model-type NAME``, ``--environment NAME``, ``--benchmark NAME``), which turn a short name into a config path.
+Roots are searched in order (``--search-dir`` roots, cwd, install root) and an earlier root shadows a later one.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 import yaml
 
-from nemo_gym.config.roots import search_roots
+from nemo_gym.config.roots import find_path, search_roots
 from nemo_gym.config_types import ConfigError
 from nemo_gym.registry import ENVIRONMENT_CONFIG_FILENAME, EnvironmentEntry, discover_environments
 
@@ -93,7 +93,89 @@ def list_environments() -> list[EnvironmentEntry]:
     return [found[name] for name in sorted(found)]
 
 
-SelectorKind = Literal["resources-server", "model-type", "environment"]
+BENCHMARKS_DIR = "benchmarks"
+
+
+@dataclass
+class BenchmarkEntry:
+    """An evaluation benchmark: a config under ``benchmarks/`` whose agent declares a ``type: benchmark`` dataset.
+
+    ``benchmarks/`` also holds other things (performance scripts, data), so only such configs count.
+    """
+
+    name: str
+    config_path: Path
+    agent: str
+    dataset: dict[str, Any]
+    """The raw ``type: benchmark`` dataset block (name, jsonl_fpath, prepare_script, prompt_config, num_repeats)."""
+    domain: str | None = None
+    description: str | None = None
+
+
+def _benchmark_datasets(raw: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """``(agent instance, dataset block)`` for every ``type: benchmark`` dataset declared in a raw config."""
+    found = []
+    for instance, value in raw.items():
+        agents = value.get("responses_api_agents") if isinstance(value, dict) else None
+        for inner in agents.values() if isinstance(agents, dict) else ():
+            datasets = inner.get("datasets") if isinstance(inner, dict) else None
+            for dataset in datasets if isinstance(datasets, list) else ():
+                if isinstance(dataset, dict) and dataset.get("type") == "benchmark":
+                    found.append((instance, dataset))
+    return found
+
+
+def _resources_server_metadata(raw: dict[str, Any], key: str, follow_includes: bool = True) -> str | None:
+    """``domain`` / ``description`` of the first resources server block that sets it, looking into the files the
+    config includes when it only inherits its server (benchmarks usually do)."""
+    for value in raw.values():
+        servers = value.get("resources_servers") if isinstance(value, dict) else None
+        for inner in servers.values() if isinstance(servers, dict) else ():
+            if isinstance(inner, dict) and inner.get(key) is not None:
+                return str(inner[key])
+    includes = raw.get("config_paths") if follow_includes else None
+    for include in includes if isinstance(includes, list) else ():
+        path = find_path(str(include))
+        value = _resources_server_metadata(read_raw_yaml(path), key, False) if path and path.is_file() else None
+        if value is not None:
+            return value
+    return None
+
+
+def benchmark_name(config_path: Path, benchmarks_dir: Path) -> str:
+    """``benchmarks/aime/config.yaml`` → ``aime``; ``benchmarks/aime/v2/config.yaml`` or ``benchmarks/aime/v2.yaml``
+    → ``aime/v2``."""
+    parts = config_path.relative_to(benchmarks_dir).with_suffix("").parts
+    if parts and parts[-1] == "config":
+        parts = parts[:-1]
+    return "/".join(parts)
+
+
+def list_benchmarks() -> list[BenchmarkEntry]:
+    """Every benchmark config across the search roots, earlier roots shadowing later ones."""
+    found: dict[str, BenchmarkEntry] = {}
+    for root in search_roots():
+        base = root / BENCHMARKS_DIR
+        if not base.is_dir():
+            continue
+        for path in sorted(base.rglob("*.yaml")):
+            inner_dirs = path.relative_to(base).parts[:-1]
+            if any(part.startswith(".") or part == "__pycache__" for part in inner_dirs):
+                continue
+            raw = read_raw_yaml(path)
+            datasets = _benchmark_datasets(raw)
+            name = benchmark_name(path, base)
+            if not datasets or not name or name in found:
+                continue
+            agent, dataset = datasets[0]
+            found[name] = BenchmarkEntry(
+                name, path, agent, dataset,
+                _resources_server_metadata(raw, "domain"), _resources_server_metadata(raw, "description"),
+            )  # fmt: skip
+    return [found[name] for name in sorted(found)]
+
+
+SelectorKind = Literal["resources-server", "model-type", "environment", "benchmark"]
 _SELECTOR_TYPES: dict[str, ComponentType] = {
     "resources-server": "resources_servers",
     "model-type": "responses_api_models",
@@ -109,6 +191,16 @@ def resolve_selector(kind: SelectorKind, value: str) -> Path:
                 return path
         available = [entry.name for entry in list_environments()]
         where = "environments/<name>/config.yaml"
+    elif kind == "benchmark":
+        for root in search_roots():
+            for path in (
+                root / BENCHMARKS_DIR / value / ENVIRONMENT_CONFIG_FILENAME,
+                root / BENCHMARKS_DIR / f"{value}.yaml",
+            ):
+                if path.is_file():
+                    return path
+        available = [entry.name for entry in list_benchmarks()]
+        where = "benchmarks/<name>/config.yaml (or benchmarks/<name>.yaml)"
     else:
         server_type = _SELECTOR_TYPES[kind]
         implementation, _, flavor = value.partition("/")

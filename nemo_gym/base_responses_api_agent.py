@@ -7,6 +7,9 @@ the verified row with its ``reward``.
 
 from __future__ import annotations
 
+from typing import Any
+
+import orjson
 from fastapi import FastAPI, Request, Response
 
 from nemo_gym.base_resources_server import BaseRunRequest, BaseVerifyResponse
@@ -41,3 +44,21 @@ class SimpleResponsesAPIAgent(SimpleServer):
 
     async def aggregate_metrics(self, body: AggregateMetricsRequest) -> AggregateMetrics:
         return aggregate_verify_responses(body.verify_responses)
+
+
+def add_usage(total: dict[str, Any] | None, usage: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Token usage of a multi-call rollout: ``usage`` added into ``total`` (a copy of ``usage`` when ``total`` is None).
+
+    Agents report one ``usage`` per rollout, so the counts (and cached / reasoning token details) of every model call
+    are summed; ``total`` is updated in place and returned.
+    """
+    if not usage:
+        return total
+    if total is None:
+        return orjson.loads(orjson.dumps(usage))
+    for key in ("input_tokens", "output_tokens", "total_tokens"):
+        total[key] = (total.get(key) or 0) + (usage.get(key) or 0)
+    for details, field in (("input_tokens_details", "cached_tokens"), ("output_tokens_details", "reasoning_tokens")):
+        if isinstance(usage.get(details), dict) and isinstance(total.get(details), dict):
+            total[details][field] = (total[details].get(field) or 0) + (usage[details].get(field) or 0)
+    return total

@@ -105,14 +105,64 @@ def pass_metrics(groups: dict[int, list[dict[str, Any]]], success_threshold: flo
     return result
 
 
-def aggregate_verify_responses(rows: list[dict[str, Any]]) -> AggregateMetrics:
-    """The default ``/aggregate_metrics``: overall statistics, pass@k, and statistics per task."""
+def _answer_of(row: dict[str, Any], answer_key: str) -> Hashable | None:
+    """The row's extracted answer as a hashable value; missing or blank answers are None (they count as no_answer)."""
+    value = row.get(answer_key)
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    return value if isinstance(value, (str, int, float, bool)) else repr(value)
+
+
+def majority_metrics(groups: dict[int, list[dict[str, Any]]], answer_key: str) -> dict[str, float]:
+    """majority@k over ``answer_key`` for k = 1, 2, 4, … up to the smallest group (averaged over tasks), plus the
+    share of rollouts with no answer at all, which tells a format problem apart from a knowledge problem."""
+    if not groups:
+        return {}
+    smallest = min(len(rows) for rows in groups.values())
+    result: dict[str, float] = {}
+    k = 1
+    while k <= smallest:
+        result[f"majority@{k}"] = statistics.fmean(
+            majority_at_k([_answer_of(r, answer_key) for r in rows], [float(r.get("reward", 0)) for r in rows], k)
+            for rows in groups.values()
+        )
+        k *= 2
+    all_rows = [row for rows in groups.values() for row in rows]
+    result["no_answer"] = statistics.fmean(_answer_of(row, answer_key) is None for row in all_rows)
+    return result
+
+
+def aggregate_verify_responses(rows: list[dict[str, Any]], answer_key: str | None = None) -> AggregateMetrics:
+    """The default ``/aggregate_metrics``: overall statistics, pass@k, and statistics per task.
+
+    With ``answer_key`` (e.g. ``extracted_answer``) it also reports majority@k and no_answer, and the largest
+    majority@k becomes a key metric.
+    """
     groups = group_by_task(rows)
     agent_metrics = summarize_rows(rows) | pass_metrics(groups) | {"num_rollouts": len(rows), "num_tasks": len(groups)}
+    if answer_key is not None:
+        agent_metrics |= majority_metrics(groups, answer_key)
     group_level = [
         {TASK_INDEX_KEY_NAME: task, "num_rollouts": len(task_rows)} | summarize_rows(task_rows)
         for task, task_rows in groups.items()
     ]
-    key_names = ("mean/reward", "pass@1", *(k for k in agent_metrics if k.startswith("pass@1[")))
+    majority = [k for k in agent_metrics if k.startswith("majority@")]
+    key_names = ("mean/reward", "pass@1", *(k for k in agent_metrics if k.startswith("pass@1[")), *majority[-1:])
     key_metrics = {name: agent_metrics[name] for name in key_names if name in agent_metrics}
     return AggregateMetrics(agent_metrics=agent_metrics, key_metrics=key_metrics, group_level_metrics=group_level)
+
+
+def category_metrics(rows: Sequence[dict[str, Any]], field: str) -> dict[str, float]:
+    """For a categorical field (a result code, a subset name): the share of rollouts with each value and the mean
+    reward among them, as ``<field>/<value>/share`` and ``<field>/<value>/mean_reward``. Missing values count as
+    ``none``."""
+    groups: dict[str, list[float]] = defaultdict(list)
+    for row in rows:
+        value = row.get(field)
+        groups["none" if value is None else str(value)].append(float(row.get("reward", 0)))
+    result: dict[str, float] = {}
+    for value in sorted(groups):
+        rewards = groups[value]
+        result[f"{field}/{value}/share"] = len(rewards) / len(rows)
+        result[f"{field}/{value}/mean_reward"] = statistics.fmean(rewards)
+    return result

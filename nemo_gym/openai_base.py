@@ -3,6 +3,7 @@
 Kept separate so the two schema modules can both import them without importing each other in a cycle.
 """
 
+import functools
 from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, model_validator
@@ -13,23 +14,53 @@ TOKEN_ID_FIELDS: tuple[str, str, str] = ("prompt_token_ids", "generation_token_i
 ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
 
 
+_MISSING: Any = object()
+
+
 def get_field(value: Any, key: str) -> Any:
-    """Read `key` from a raw dict or a built model: validators and converters see both shapes."""
+    """Read `key` from a raw dict or a built model: validators and converters see both shapes.
+
+    Runs for every item of every validation and serialization (union discriminators), so models are read from their
+    `__dict__` first: `getattr` on a missing field goes through pydantic's `__getattr__`, which raises and catches.
+    """
     if isinstance(value, dict):
         return value.get(key)
+    if isinstance(value, BaseModel):
+        found = value.__dict__.get(key, _MISSING)
+        if found is not _MISSING:
+            return found
+        extra = value.__pydantic_extra__
+        if extra and key in extra:
+            return extra[key]
+        if not _class_has(type(value), key):  # not a property or class attribute either
+            return None
     return getattr(value, key, None)
+
+
+@functools.cache
+def _class_has(cls: type, key: str) -> bool:
+    # Cached: pydantic's metaclass answers a missing attribute by raising, which costs more than the lookup itself.
+    return hasattr(cls, key)
 
 
 def has_token_id_information(value: Any) -> bool:
     """True if a dict or model carries any (non-null) token field, i.e. it must be a ForTraining variant."""
+    if isinstance(value, dict):
+        get = value.get
+        return get("prompt_token_ids") is not None or get("generation_token_ids") is not None or (
+            get("generation_log_probs") is not None
+        )
     return any(get_field(value, key) is not None for key in TOKEN_ID_FIELDS)
 
 
 def _drop_unknown_null_fields(model: type[BaseModel], data: Any) -> Any:
     """Remove keys the model does not declare whose value is null: they carry no information, and newer `openai`
     SDKs dump every optional field they know as null, so keeping them would break strict models and bloat dumps."""
-    if isinstance(data, dict) and any(value is None and key not in model.model_fields for key, value in data.items()):
-        return {key: value for key, value in data.items() if value is not None or key in model.model_fields}
+    if not isinstance(data, dict) or None not in data.values():  # the common case, decided in C
+        return data
+    fields = model.__pydantic_fields__
+    if any(value is None and key not in fields for key, value in data.items()):
+        return {key: value for key, value in data.items() if value is not None or key in fields}
     return data
 
 

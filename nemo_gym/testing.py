@@ -129,3 +129,117 @@ def serve_in_thread(app: Any) -> Iterator[str]:
         server.should_exit = True
         thread.join(timeout=10)
         sock.close()
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Several framework servers in one test process, and scripted end-to-end rollouts
+
+
+def local_server_client() -> Any:
+    """A ``ServerClient`` whose config starts empty; :func:`serve_servers` registers each server it starts."""
+    from omegaconf import OmegaConf
+
+    from nemo_gym.config_types import BaseServerConfig
+    from nemo_gym.server_utils import ServerClient
+
+    return ServerClient(
+        head_server_config=BaseServerConfig(host="127.0.0.1", port=1), global_config_dict=OmegaConf.create({})
+    )
+
+
+def _server_type(server: Any) -> str:
+    from nemo_gym.base_responses_api_agent import SimpleResponsesAPIAgent
+    from nemo_gym.base_responses_api_model import SimpleResponsesAPIModel
+
+    if isinstance(server, SimpleResponsesAPIAgent):
+        return "responses_api_agents"
+    if isinstance(server, SimpleResponsesAPIModel):
+        return "responses_api_models"
+    return "resources_servers"
+
+
+@contextlib.contextmanager
+def serve_servers(servers: dict[str, Any], client: Any) -> Iterator[dict[str, str]]:
+    """Serve framework servers (instance name -> server object built with ``client``) on loopback, in threads.
+
+    Each one's address is added to ``client``'s config as it starts, so agents reach models and resources servers by
+    instance name exactly as in a real run. Yields instance name -> base URL.
+    """
+    urls: dict[str, str] = {}
+    with contextlib.ExitStack() as stack:
+        for name, server in servers.items():
+            url = stack.enter_context(serve_in_thread(server.setup_webserver()))
+            host, _, port = url.removeprefix("http://").rpartition(":")
+            block = {_server_type(server): {"server": {"host": host, "port": int(port)}}}
+            client.global_config_dict[name] = block
+            urls[name] = url
+        yield urls
+
+
+@contextlib.contextmanager
+def _isolated_config_environment() -> Iterator[None]:
+    """No env.yaml or launcher hand-off variables from the developer's shell reach the composed config."""
+    import os
+
+    from nemo_gym.global_config import reset_global_config_dict
+
+    names = ("NEMO_GYM_ENV_YAML", "NEMO_GYM_EXTRA_ROOTS", "NEMO_GYM_CONFIG_FILE", "NEMO_GYM_CONFIG_DICT",
+             "NEMO_GYM_CONFIG_PATH")  # fmt: skip
+    saved = {name: os.environ.get(name) for name in names}
+    for name in names:
+        os.environ.pop(name, None)
+    os.environ["NEMO_GYM_ENV_YAML"] = ""
+    reset_global_config_dict()
+    try:
+        yield
+    finally:
+        reset_global_config_dict()
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def scripted_rollout(
+    workdir: Any,
+    config_path: Any,
+    agent_name: str,
+    script: list[list[dict[str, Any]]],
+    row: dict[str, Any],
+    timeout_s: float = 120.0,
+) -> dict[str, Any]:
+    """One real rollout: ``gym env start``-style processes (shared venv) for an environment config plus the scripted
+    model replaying ``script``, then ``POST <agent>/run`` with ``row``. Returns the rollout; raises on a non-200."""
+    import json
+    from pathlib import Path
+
+    import httpx
+
+    from nemo_gym import PARENT_DIR
+    from nemo_gym.config import ports
+    from nemo_gym.launcher import running_servers
+
+    workdir = Path(workdir)
+    script_path = workdir / "script.yaml"
+    script_path.write_text(
+        json.dumps({"policy_model": {"responses_api_models": {"scripted_model": {"script": script}}}}),  # JSON is YAML
+        encoding="utf-8",
+    )
+    scripted = PARENT_DIR / "responses_api_models" / "scripted_model" / "configs" / "scripted_model.yaml"
+    overrides = [
+        f"+config_paths=[{Path(config_path).resolve()},{scripted},{script_path}]",
+        "+shared_venv=true",
+        "+head_server={port: 0}",
+        f"+results_dir={workdir / 'results'}",
+        f"+cache_dir={workdir / 'cache'}",
+    ]
+    with _isolated_config_environment():
+        try:
+            with running_servers(overrides) as run:
+                answer = httpx.post(f"{run.urls[agent_name]}/run", json=row, timeout=timeout_s)
+        finally:
+            ports.release_all()
+    if answer.status_code != 200:
+        raise AssertionError(f"/run on {agent_name} answered HTTP {answer.status_code}: {answer.text}")
+    return answer.json()

@@ -2,7 +2,8 @@
 
 Every flag is sugar for an override the config system already understands, so ``--limit 5`` and ``+limit=5`` are the
 same thing, and anything a flag cannot say can still be said as ``+key=value``. Config selectors (``--config``,
-``--environment``, ``--resources-server``, ``--model-type``) all add to one ``+config_paths=[...]`` override.
+``--environment``, ``--benchmark``, ``--resources-server``, ``--model-type``) all add to one ``+config_paths=[...]``
+override.
 """
 
 from __future__ import annotations
@@ -57,6 +58,8 @@ CONFIG_FLAGS = (
     Flag(("--config", "-c"), "config YAML to load (repeatable)", config_path=True, repeatable=True, metavar="PATH"),
     Flag(("--environment", "-e"), "environment from environments/NAME/config.yaml", selector="environment",
          repeatable=True, metavar="NAME"),
+    Flag(("--benchmark",), "evaluation benchmark from benchmarks/NAME/config.yaml (or benchmarks/NAME.yaml)",
+         selector="benchmark", repeatable=True, metavar="NAME"),
     Flag(("--resources-server",), "resources server config: resources_servers/NAME/configs/(FLAVOR|NAME).yaml",
          selector="resources-server", repeatable=True, metavar="NAME[/FLAVOR]"),
     Flag(("--model-type",), "model server config: responses_api_models/NAME/configs/(FLAVOR|NAME).yaml",

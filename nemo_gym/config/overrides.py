@@ -15,23 +15,19 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass
-from typing import Any, Literal
-
-from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.core.override_parser.types import OverrideType
-from hydra.errors import HydraException
+from typing import TYPE_CHECKING, Any, Literal
 
 from nemo_gym.config.tree import delete_path, has_path, iter_leaves, set_path
 from nemo_gym.config_types import ConfigError
 
+if TYPE_CHECKING:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
 OverrideKind = Literal["change", "add", "force", "delete"]
 
-_KINDS: dict[OverrideType, OverrideKind] = {
-    OverrideType.CHANGE: "change",
-    OverrideType.ADD: "add",
-    OverrideType.FORCE_ADD: "force",
-    OverrideType.DEL: "delete",
-}
+# Hydra's parser is imported on first use: every server process imports this module (through the global config) but
+# never parses a command line, and Hydra with its ANTLR runtime costs each of them ~8 MB of memory.
+_KINDS = {"CHANGE": "change", "ADD": "add", "FORCE_ADD": "force", "DEL": "delete"}
 
 
 @dataclass(frozen=True)
@@ -47,6 +43,10 @@ _parser: OverridesParser | None = None
 
 def parse_overrides(tokens: list[str]) -> list[Override]:
     """Parse every token, reporting the first malformed one with the token itself."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import OverrideType
+    from hydra.errors import HydraException
+
     global _parser
     if _parser is None:
         _parser = OverridesParser.create()
@@ -67,7 +67,8 @@ def parse_overrides(tokens: list[str]) -> list[Override]:
         if override.package is not None:
             raise ConfigError(f"override {token!r}: package overrides (@pkg) are not supported")
         value = None if override.type == OverrideType.DEL else override.value()
-        parsed.append(Override(_KINDS[override.type], override.key_or_group, value, token))
+        kind: OverrideKind = _KINDS[override.type.name]  # type: ignore[assignment]
+        parsed.append(Override(kind, override.key_or_group, value, token))
     return parsed
 
 

@@ -7,6 +7,7 @@ environment's own metric code runs) or computed here with the default statistics
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterable
 from pathlib import Path
@@ -98,3 +99,30 @@ def print_key_metrics(metrics: list[dict[str, Any]], console: Console | None = N
         for name, value in key_metrics.items():
             table.add_row(escape(agent), escape(name), f"{value:.4f}" if isinstance(value, float) else str(value))
     console.print(table)
+
+
+def agent_name_of(row: dict[str, Any]) -> str:
+    """The agent that produced a rollout row (``unknown`` when the row does not say)."""
+    ref = row.get(AGENT_REF_KEY) or {}
+    return str(ref.get("name", "unknown")) if isinstance(ref, dict) else str(ref)
+
+
+def sort_grouped(grouped: dict[str, list[dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
+    """Order each agent's rows by (task, rollout), so metrics do not depend on file or completion order."""
+    for rows in grouped.values():
+        rows.sort(key=lambda r: (r.get("_ng_task_index", 0), r.get("_ng_rollout_index", 0)))
+    return grouped
+
+
+def compute_metrics_now(
+    grouped: dict[str, list[dict[str, Any]]], agent_urls: dict[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """:func:`compute_metrics` from synchronous code (the CLI tools), closing the HTTP session afterwards."""
+
+    async def run() -> list[dict[str, Any]]:
+        try:
+            return await compute_metrics(grouped, agent_urls)
+        finally:
+            await http_client.close_session()
+
+    return asyncio.run(run())

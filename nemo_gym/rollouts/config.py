@@ -49,3 +49,62 @@ class RolloutCollectionConfig(BaseNeMoGymCLIConfig):
     @classmethod
     def _default_concurrency(cls, value: Any) -> Any:
         return DEFAULT_CONCURRENCY if value is None else value
+
+
+class AggregateRolloutsConfig(BaseNeMoGymCLIConfig):
+    """Merge rollout shards and compute their aggregate metrics from the files alone.
+
+    Examples:
+
+        gym eval aggregate --input-glob 'results/shard_*.jsonl' --output results/all.jsonl
+    """
+
+    model_config = ConfigDict(extra="ignore")
+
+    input_glob: str | list[str] = Field(description="Comma-separated globs of rollout shards (--input-glob).")
+    output_jsonl_fpath: str = Field(description="Merged rollouts; metrics go to <stem>_aggregate_metrics.json.")
+    merge_shards: bool = Field(default=True, description="Write the merged file (--no-merge: metrics only).")
+
+
+class RewardProfileConfig(BaseNeMoGymCLIConfig):
+    """Profile rewards per task: pass rate, pass@k and rollout rewards, aligned with the materialized inputs.
+
+    Examples:
+
+        gym eval profile --rollouts results/x.jsonl --inputs results/x_materialized_inputs.jsonl
+    """
+
+    model_config = ConfigDict(extra="ignore")
+
+    rollouts_jsonl_fpath: str = Field(description="Scored rollouts (--rollouts).")
+    materialized_inputs_jsonl_fpath: str | None = Field(
+        default=None, description="The run's materialized inputs (--inputs; default: <rollouts stem>_materialized_…)."
+    )
+    allow_partial_rollouts: bool = Field(default=False, description="Profile an unfinished run (--allow-partial).")
+
+
+class ReverifyConfig(BaseNeMoGymCLIConfig):
+    """Re-score stored rollouts with the current verifier, without inference.
+
+    Examples:
+
+        gym eval reverify --resources-server example_multi_step --rollouts results/x.jsonl --output results/x_v2.jsonl
+    """
+
+    model_config = ConfigDict(extra="ignore")
+
+    rollouts_jsonl_fpath: str = Field(description="Stored rollouts to re-score (--rollouts).")
+    materialized_inputs_jsonl_fpath: str | None = Field(
+        default=None, description="The run's materialized inputs (--inputs; default: <rollouts stem>_materialized_…)."
+    )
+    output_jsonl_fpath: str = Field(description="Where the re-scored rollouts go (--output).")
+    num_samples_in_parallel: int = Field(default=64, ge=1, description="Verifications in flight (--concurrency).")
+    force: bool = Field(default=False, description="Re-verify even where /reverify_mode is not stateless (--force).")
+    limit: int | None = Field(default=None, ge=1, description="Only the first N stored rollouts (--limit).")
+    disable_aggregation: bool = Field(default=False, description="Skip aggregate metrics (--disable-aggregation).")
+    verify_timeout_seconds: float = Field(default=600.0, gt=0, description="Deadline of one /verify call.")
+
+    @field_validator("num_samples_in_parallel", mode="before")
+    @classmethod
+    def _default_concurrency(cls, value: Any) -> Any:
+        return 64 if value is None else value

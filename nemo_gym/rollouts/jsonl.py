@@ -18,11 +18,23 @@ from nemo_gym.config_types import ConfigError, ConfigPathNotFoundError
 
 def iter_jsonl(path: Path, limit: int | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yield ``(line_number, row)`` for each non-blank line; a line that is not a JSON object is a ConfigError."""
+    for number, _, _, row in iter_jsonl_spans(path, limit):
+        yield number, row
+
+
+def iter_jsonl_spans(path: Path, limit: int | None = None) -> Iterator[tuple[int, int, int, dict[str, Any]]]:
+    """Like :func:`iter_jsonl`, with each line's byte offset and length: ``(line_number, offset, length, row)``.
+
+    The span lets a caller re-read one row later (to write rows in another order) without keeping rows in memory.
+    """
     if not path.is_file():
         raise ConfigPathNotFoundError(f"input file {path} does not exist")
     count = 0
+    offset = 0
     with path.open("rb") as f:
         for number, line in enumerate(f, start=1):
+            start = offset
+            offset += len(line)
             if not line.strip():
                 continue
             if limit is not None and count >= limit:
@@ -34,7 +46,7 @@ def iter_jsonl(path: Path, limit: int | None = None) -> Iterator[tuple[int, dict
             if not isinstance(row, dict):
                 raise ConfigError(f"{path}:{number}: each line must be a JSON object, got {type(row).__name__}")
             count += 1
-            yield number, row
+            yield number, start, len(line), row
 
 
 class JsonlWriter:

@@ -10,7 +10,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from nemo_gym.config.servers import find_server_instances
-from nemo_gym.config_types import AGENT_REF_KEY, ConfigError
+from nemo_gym.config_types import AGENT_REF_KEY, BenchmarkDatasetConfig, ConfigError
 from nemo_gym.rollouts.aggregate import aggregate_metrics_path, compute_metrics, rows_by_agent, write_metrics
 from nemo_gym.rollouts.collector import CollectionOptions, CollectionSummary, RolloutCollector
 from nemo_gym.rollouts.config import RolloutCollectionConfig
@@ -38,47 +38,83 @@ def agent_urls(config: DictConfig) -> dict[str, str]:
     return urls
 
 
-def prepare_split_input(config: DictConfig, split: str, path: Path) -> Path:
-    """Concatenate the agents' datasets of type ``split`` into one file, each row tagged with its agent."""
-    instances, _ = find_server_instances(OmegaConf.to_container(config, resolve=True))
-    found = []
-    with JsonlWriter(path, append=False) as writer:
-        for instance in instances:
-            for dataset in instance.datasets or []:
-                if dataset.type != split:
-                    continue
-                source = Path(dataset.jsonl_fpath)
-                if not source.is_absolute():
-                    from nemo_gym.config.roots import find_path
+@dataclass
+class SplitInput:
+    path: Path
+    num_repeats: dict[str, int]
+    """Rollouts per row that each agent's datasets ask for (their ``num_repeats``); used unless --num-repeats is set."""
 
-                    source = find_path(source) or source
-                found.append(str(source))
-                for _, row in iter_jsonl(source):
-                    row.setdefault(AGENT_REF_KEY, {"type": "responses_api_agents", "name": instance.name})
-                    writer.write(row)
-    if not found:
+
+def prepare_split_input(config: DictConfig, split: str, path: Path) -> SplitInput:
+    """Concatenate the agents' datasets of type ``split`` into one file, each row tagged with its agent.
+
+    Benchmark rows are raw tasks, rendered here with their dataset's ``prompt_config``. Rows are written once and the
+    datasets' ``num_repeats`` come back per agent, so ``--limit N`` means N tasks; only an agent whose datasets of
+    this split disagree on ``num_repeats`` gets its rows written that many times over instead.
+    """
+    from nemo_gym.config.roots import find_path
+    from nemo_gym.datasets.render import PromptRenderError, PromptTemplate
+
+    instances, _ = find_server_instances(OmegaConf.to_container(config, resolve=True))
+    selected = [(i.name, d) for i in instances for d in i.datasets or [] if d.type == split]
+    if not selected:
         raise ConfigError(f"no agent in the config declares a dataset of type {split!r}; pass --input PATH instead")
-    return path
+    sources: list[tuple[str, Any, Path, Any]] = []
+    problems = []
+    for agent, dataset in selected:
+        source = find_path(dataset.jsonl_fpath)
+        benchmark = isinstance(dataset, BenchmarkDatasetConfig)
+        if source is None or not source.is_file():
+            hint = "; write it first with `gym eval prepare --benchmark NAME`" if benchmark else ""
+            problems.append(f"dataset {dataset.name!r} of agent {agent}: {dataset.jsonl_fpath} does not exist{hint}")
+            continue
+        template = PromptTemplate.load(dataset.prompt_config) if benchmark and dataset.prompt_config else None
+        sources.append((agent, dataset, source, template))
+    if problems:
+        raise ConfigError("; ".join(problems))
+    repeats_seen: dict[str, set[int]] = {}
+    for agent, dataset, _, _ in sources:
+        repeats_seen.setdefault(agent, set()).add(dataset.num_repeats)
+    uniform = {agent: seen.pop() for agent, seen in repeats_seen.items() if len(seen) == 1}
+    with JsonlWriter(path, append=False) as writer:
+        for agent, dataset, source, template in sources:
+            copies = 1 if agent in uniform else dataset.num_repeats
+            for number, row in iter_jsonl(source):
+                if template is not None:
+                    try:
+                        row = template.apply(row)
+                    except PromptRenderError as e:
+                        raise ConfigError(f"{source}:{number}: {e}") from e
+                row.setdefault(AGENT_REF_KEY, {"type": "responses_api_agents", "name": agent})
+                for _ in range(copies):
+                    writer.write(row)
+    return SplitInput(path, {agent: uniform.get(agent, 1) for agent in repeats_seen})
 
 
 def run_collection(settings: RolloutCollectionConfig, config: DictConfig, show_progress: bool = True) -> RunResult:
     output = Path(settings.output_jsonl_fpath).expanduser().resolve()
     urls = agent_urls(config)
+    num_repeats = settings.num_repeats
     if settings.input_jsonl_fpath:
         input_path = Path(settings.input_jsonl_fpath).expanduser()
     elif settings.split:
-        input_path = prepare_split_input(
+        split_input = prepare_split_input(
             config, settings.split, output.with_name(f"{output.stem}_{settings.split}.jsonl")
         )
+        input_path = split_input.path
+        if "num_repeats" not in settings.model_fields_set:  # no --num-repeats: the datasets' own num_repeats
+            num_repeats = split_input.num_repeats
     else:
-        raise ConfigError("say what to run: --input PATH, or --split train|validation|example for the agents' datasets")
+        raise ConfigError(
+            "say what to run: --input PATH, or --split train|validation|example|benchmark for the agents' datasets"
+        )
     materialized = materialize(
         MaterializeOptions(
             input_path=input_path,
             output_path=output,
             agent_name=settings.agent_name,
             limit=settings.limit,
-            num_repeats=settings.num_repeats,
+            num_repeats=num_repeats,
             responses_create_params=settings.responses_create_params,
             num_repeats_add_seed=settings.num_repeats_add_seed,
             known_agents=list(urls),

@@ -6,6 +6,8 @@ Reward 1.0 when the model called ``get_weather`` and then gave a final answer, e
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from fastapi import FastAPI
 from pydantic import BaseModel
 
@@ -13,12 +15,14 @@ from nemo_gym.base_resources_server import (
     BaseResourcesServerConfig,
     BaseVerifyRequest,
     BaseVerifyResponse,
+    ReverifyMode,
     SimpleResourcesServer,
 )
 
 
 class ExampleSingleToolCallResourcesServerConfig(BaseResourcesServerConfig):
-    pass
+    # Verify reads only the transcript (which tools were called), so a stored rollout can be verified again.
+    REVERIFY_MODE: ClassVar[ReverifyMode] = "stateless"
 
 
 class GetWeatherRequest(BaseModel):

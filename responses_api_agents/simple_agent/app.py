@@ -5,6 +5,9 @@ One rollout = ``/seed_session`` → (``/v1/responses`` on the model, then one ``
 model's response is incomplete (e.g. it ran out of tokens), or after ``max_steps`` model calls, so a model that only
 ever reasons cannot loop forever. A bad tool call (unparseable arguments, unknown tool, a tool error) becomes a
 ``function_call_output`` the model can read and react to; a failing model or verifier fails the rollout.
+
+With ``execute_tools: false`` a rollout is one model call whose function calls are the answer: ``/verify`` judges them
+(function-calling datasets scored by argument comparison) and no tool route is ever called.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from fastapi import Request, Response
 from pydantic import Field
 
 from nemo_gym.base_resources_server import BaseRunRequest
-from nemo_gym.base_responses_api_agent import BaseResponsesAPIAgentConfig, SimpleResponsesAPIAgent
+from nemo_gym.base_responses_api_agent import BaseResponsesAPIAgentConfig, SimpleResponsesAPIAgent, add_usage
 from nemo_gym.config_types import AggregateMetrics, AggregateMetricsRequest, ModelServerRef, ResourcesServerRef
 from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParamsNonStreaming
 from nemo_gym.server_utils import json_response
@@ -33,6 +36,8 @@ class SimpleAgentConfig(BaseResponsesAPIAgentConfig):
     model_server: ModelServerRef
     max_steps: int = Field(default=10, ge=1)
     """Most model calls in one rollout."""
+    execute_tools: bool = True
+    """False: one model call, and its function calls are the answer to judge (never run, no tool outputs)."""
 
 
 class SimpleAgent(SimpleResponsesAPIAgent):
@@ -94,8 +99,8 @@ class SimpleAgent(SimpleResponsesAPIAgent):
             last = await response_json(answer)
             outputs = last.get("output") or []
             new_outputs.extend(outputs)
-            usage = _add_usage(usage, last.get("usage"))
-            if last.get("status") == "incomplete" or last.get("incomplete_details"):
+            usage = add_usage(usage, last.get("usage"))
+            if not self.config.execute_tools or last.get("status") == "incomplete" or last.get("incomplete_details"):
                 break
             calls = [item for item in outputs if item.get("type") == "function_call"]
             has_message = any(item.get("type") == "message" and item.get("role") == "assistant" for item in outputs)
@@ -148,19 +153,6 @@ def _validation_detail(text: str) -> str:
     return "; ".join(
         f"{'.'.join(str(p) for p in item.get('loc', [])[1:]) or 'arguments'}: {item.get('msg')}" for item in detail
     )
-
-
-def _add_usage(total: dict[str, Any] | None, usage: dict[str, Any] | None) -> dict[str, Any] | None:
-    if not usage:
-        return total
-    if total is None:
-        return orjson.loads(orjson.dumps(usage))
-    for key in ("input_tokens", "output_tokens", "total_tokens"):
-        total[key] = (total.get(key) or 0) + (usage.get(key) or 0)
-    for details, field in (("input_tokens_details", "cached_tokens"), ("output_tokens_details", "reasoning_tokens")):
-        if isinstance(usage.get(details), dict) and isinstance(total.get(details), dict):
-            total[details][field] = (total[details].get(field) or 0) + (usage[details].get(field) or 0)
-    return total
 
 
 if __name__ == "__main__":

@@ -176,6 +176,7 @@ def test_profile_partial_runs_and_misaligned_files(workdir, capsys):
 # -- reverify ---------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_reverify_restores_tampered_rewards_and_refuses_verifiers_that_are_not_stateless(workdir, extra_root, capsys):
     data = write_dataset(workdir / "data.jsonl", 12)
     settings = RolloutCollectionConfig(

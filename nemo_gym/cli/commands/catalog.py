@@ -1,4 +1,4 @@
-"""``gym list ...`` and ``gym search``: what environments and server implementations are available."""
+"""``gym list ...`` and ``gym search``: what environments, benchmarks and server implementations are available."""
 
 from __future__ import annotations
 
@@ -9,14 +9,20 @@ from typing import Any
 
 from rich.table import Table
 
-from nemo_gym.assets import ComponentConfig, list_component_configs, list_environments, read_raw_yaml
+from nemo_gym.assets import (
+    ComponentConfig,
+    list_benchmarks,
+    list_component_configs,
+    list_environments,
+    read_raw_yaml,
+)
 from nemo_gym.cli.flags import CONFIG_FLAGS, JSON_FLAG
 from nemo_gym.cli.output import console
 from nemo_gym.cli.registry import Command, Invocation, Positional
 from nemo_gym.config_types import ConfigError
 
 SEARCH_DIR_FLAG = CONFIG_FLAGS[-1]
-KINDS = ("environments", "resources-servers", "models", "agents")
+KINDS = ("environments", "benchmarks", "resources-servers", "models", "agents")
 
 
 def _datasets(raw: dict[str, Any]) -> list[str]:
@@ -53,6 +59,30 @@ def environment_rows() -> list[dict[str, Any]]:
                 "agents": _instances(raw, "responses_api_agents"),
                 "datasets": _datasets(raw),
                 "usage": f"gym env start --environment {entry.name}",
+            }
+        )
+    return rows
+
+
+def benchmark_rows() -> list[dict[str, Any]]:
+    rows = []
+    for entry in list_benchmarks():
+        dataset = entry.dataset
+        rows.append(
+            {
+                "name": entry.name,
+                "kind": "benchmark",
+                "domain": entry.domain,
+                "description": entry.description,
+                "agent": entry.agent,
+                "num_repeats": dataset.get("num_repeats", 1),
+                "dataset": dataset.get("name"),
+                "jsonl_fpath": dataset.get("jsonl_fpath"),
+                "prepare_script": dataset.get("prepare_script"),
+                "prompt_config": dataset.get("prompt_config"),
+                "config_path": str(entry.config_path),
+                "usage": f"gym eval prepare --benchmark {entry.name} && gym eval run --benchmark {entry.name} "
+                f"--split benchmark --output results/{entry.name}.jsonl",
             }
         )
     return rows
@@ -106,12 +136,14 @@ def agent_rows() -> list[dict[str, Any]]:
 
 ROW_SOURCES = {
     "environments": environment_rows,
+    "benchmarks": benchmark_rows,
     "resources-servers": resources_server_rows,
     "models": model_rows,
     "agents": agent_rows,
 }
 COLUMNS = {
     "environments": ("name", "domain", "description"),
+    "benchmarks": ("name", "domain", "agent", "num_repeats", "jsonl_fpath", "description"),
     "resources-servers": ("name", "domain", "description"),
     "models": ("name", "description", "config_path"),
     "agents": ("name", "variants", "description"),
@@ -212,7 +244,7 @@ COMMANDS = tuple(
     for kind in KINDS
 ) + (
     Command(
-        None, "search", "fuzzy-search environments and servers by name, description or domain", search,
+        None, "search", "fuzzy-search environments, benchmarks and servers by name, description or domain", search,
         flags=(JSON_FLAG, SEARCH_DIR_FLAG),
         positionals=(Positional("words", "[TYPE] QUERY, TYPE one of " + ", ".join(KINDS), nargs="+"),),
     ),

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
+from typing import Any
 
+from omegaconf import DictConfig
 from rich.console import Console
 
 from nemo_gym.cli.flags import CONFIG_FLAGS, MODEL_FLAGS, Flag
@@ -20,7 +23,7 @@ RUN_FLAGS = (
     Flag(("--input", "-i"), "JSONL rows to run", override_key="input_jsonl_fpath", metavar="PATH"),
     Flag(("--output", "-o"), "JSONL file for scored rollouts", override_key="output_jsonl_fpath", metavar="PATH"),
     Flag(("--split",), "without --input: run the agents' datasets of this type", override_key="split",
-         metavar="train|validation|example"),
+         metavar="train|validation|example|benchmark"),
     Flag(("--limit",), "only the first N rows", override_key="limit", metavar="N", value_type=int),
     Flag(("--num-repeats",), "rollouts per row", override_key="num_repeats", metavar="N", value_type=int),
     Flag(("--concurrency",), "rollouts in flight at once (default 256)", override_key="num_samples_in_parallel",
@@ -100,6 +103,179 @@ def _run_reporting(collect, settings, stderr: Console) -> int:
     return 0 if not summary.failed else EXIT_SOME_ROLLOUTS_FAILED
 
 
+AGGREGATE_FLAGS = (
+    Flag(("--input-glob",), "comma-separated globs of rollout shards, e.g. 'results/a_*.jsonl,b/*.jsonl'",
+         override_key="input_glob", metavar="GLOBS"),
+    Flag(("--output", "-o"), "merged rollouts file (metrics: <stem>_aggregate_metrics.json)",
+         override_key="output_jsonl_fpath", metavar="PATH"),
+    Flag(("--no-merge",), "only compute the metrics, do not write the merged file", switch=True),
+    Flag(("--servers",), "ask the running agents' /aggregate_metrics (environment-specific metrics); found via the "
+         "head server of `gym env start`", switch=True),
+)  # fmt: skip
+
+PROFILE_FLAGS = (
+    Flag(("--rollouts",), "scored rollouts of a run", override_key="rollouts_jsonl_fpath", metavar="PATH"),
+    Flag(("--inputs",), "the run's materialized inputs (default: <rollouts stem>_materialized_inputs.jsonl)",
+         override_key="materialized_inputs_jsonl_fpath", metavar="PATH"),
+    Flag(("--allow-partial",), "profile an unfinished run, reporting the missing rollouts",
+         override_key="allow_partial_rollouts", switch=True),
+    Flag(("--max-rows",), "tasks shown in the table (hardest first; default 20)", metavar="N", value_type=int),
+)  # fmt: skip
+
+REVERIFY_FLAGS = (
+    Flag(("--no-serve",), "use servers already started with `gym env start` instead of starting them", switch=True),
+    Flag(("--rollouts",), "stored rollouts to re-score", override_key="rollouts_jsonl_fpath", metavar="PATH"),
+    Flag(("--inputs",), "the run's materialized inputs (default: <rollouts stem>_materialized_inputs.jsonl)",
+         override_key="materialized_inputs_jsonl_fpath", metavar="PATH"),
+    Flag(("--output", "-o"), "new rollouts file (the stored files are never edited)",
+         override_key="output_jsonl_fpath", metavar="PATH"),
+    Flag(("--concurrency",), "verifications in flight at once (default 64)", override_key="num_samples_in_parallel",
+         metavar="N", value_type=int),
+    Flag(("--limit",), "only the first N stored rollouts", override_key="limit", metavar="N", value_type=int),
+    Flag(("--force",), "verify even where a resources server's /reverify_mode is not 'stateless'",
+         override_key="force", switch=True),
+    Flag(("--disable-aggregation",), "do not compute aggregate metrics", override_key="disable_aggregation",
+         switch=True),
+)  # fmt: skip
+
+
+def _head_server_config(config: DictConfig) -> DictConfig:
+    """The config of running servers, asked from the head server the composed config points at."""
+    from nemo_gym.server_utils import fetch_config_from_head_server
+
+    return fetch_config_from_head_server(BaseServerConfig(host=config.head_server.host, port=config.head_server.port))
+
+
+def _inputs_path(settings: Any) -> Path:
+    from nemo_gym.rollouts.materialize import materialized_inputs_path
+
+    rollouts = Path(settings.rollouts_jsonl_fpath).expanduser()
+    return Path(settings.materialized_inputs_jsonl_fpath or materialized_inputs_path(rollouts)).expanduser()
+
+
+def aggregate(invocation: Invocation) -> int:
+    from nemo_gym.rollouts.aggregate import print_key_metrics
+    from nemo_gym.rollouts.config import AggregateRolloutsConfig
+    from nemo_gym.rollouts.run import agent_urls
+    from nemo_gym.rollouts.shards import aggregate_shards
+
+    config = parse_global_config_dict(invocation.overrides, dummy_model=True)
+    settings = AggregateRolloutsConfig.model_validate(dict(config))
+    console = Console(highlight=False, soft_wrap=True)  # soft wrap: printed paths stay whole, copyable
+    urls = None
+    if invocation.get("servers"):
+        urls = agent_urls(_head_server_config(config))
+    result = aggregate_shards(
+        settings.input_glob,
+        Path(settings.output_jsonl_fpath),
+        merge=settings.merge_shards and not invocation.get("no_merge"),
+        agent_urls=urls,
+    )
+    if urls is not None:
+        local = sorted(e["agent_ref"]["name"] for e in result.metrics if e["agent_ref"]["name"] not in urls)
+        if local:
+            console.print(f"[yellow]note:[/yellow] agents not running, default metrics used: {', '.join(local)}")
+    print_key_metrics(result.metrics, console)
+    console.print(f"{result.num_rows} rollouts from {len(result.shards)} shard file(s):")
+    for shard in result.shards:
+        console.print(f"  {shard}")
+    if result.skipped:
+        console.print(f"skipped (sidecar or output files): {', '.join(str(p) for p in result.skipped)}")
+    if result.skipped_failure_rows:
+        console.print(f"skipped {result.skipped_failure_rows} failure record(s): failures are never metrics")
+    if result.merged_path:
+        console.print(f"  merged rollouts:   {result.merged_path}")
+    console.print(f"  aggregate metrics: {result.metrics_path}")
+    return 0
+
+
+def profile(invocation: Invocation) -> int:
+    from nemo_gym.rollouts.config import RewardProfileConfig
+    from nemo_gym.rollouts.profile import print_profile, profile_rewards
+
+    config = parse_global_config_dict(invocation.overrides, dummy_model=True)
+    settings = RewardProfileConfig.model_validate(dict(config))
+    rollouts = Path(settings.rollouts_jsonl_fpath).expanduser()
+    result = profile_rewards(_inputs_path(settings), rollouts, allow_partial=settings.allow_partial_rollouts)
+    console = Console(highlight=False, soft_wrap=True)
+    print_profile(result, console, max_rows=max(1, invocation.get("max_rows") or 20))
+    if result.missing_keys:
+        shown = ", ".join(f"{t}:{r}" for t, r in result.missing_keys[:10])
+        more = f", … {len(result.missing_keys) - 10} more" if len(result.missing_keys) > 10 else ""
+        console.print(f"[yellow]missing rollouts[/yellow] (task:rollout): {shown}{more}")
+    console.print(f"  reward profiling: {result.profiling_path}")
+    console.print(f"  agent metrics:    {result.agent_metrics_path}")
+    return 0
+
+
+def reverify(invocation: Invocation) -> int:
+    from nemo_gym.rollouts.config import ReverifyConfig
+    from nemo_gym.rollouts.reverify import (
+        ReverifyOptions,
+        config_for_reverify,
+        plan_reverify,
+        reverify_rollouts,
+        verifier_of_agents,
+    )
+
+    stderr = Console(stderr=True, highlight=False, soft_wrap=True)
+    no_serve = bool(invocation.get("no_serve"))
+    config = parse_global_config_dict(
+        invocation.overrides, dummy_model=True, reserve_ports=not no_serve, require_server_instances=not no_serve
+    )
+    settings = ReverifyConfig.model_validate(dict(config))
+    options = ReverifyOptions(
+        inputs_path=_inputs_path(settings),
+        rollouts_path=Path(settings.rollouts_jsonl_fpath).expanduser(),
+        output_path=Path(settings.output_jsonl_fpath).expanduser().resolve(),
+        concurrency=settings.num_samples_in_parallel,
+        force=settings.force,
+        limit=settings.limit,
+        disable_aggregation=settings.disable_aggregation,
+        verify_timeout_s=settings.verify_timeout_seconds,
+    )
+    plan = plan_reverify(options)  # every file problem is reported before a server starts
+    if no_serve:
+        summary = reverify_rollouts(plan, _head_server_config(config))
+    else:
+        from nemo_gym.launcher import running_servers
+
+        routes = verifier_of_agents(config, list(plan.rollouts_per_agent))
+        needed = sorted(set(routes.values()))
+        stderr.print(f"Starting {', '.join(needed)} and what they need (logs in results/logs/) …")
+        with running_servers(config=config_for_reverify(config, set(needed))) as launcher:
+            summary = reverify_rollouts(plan, launcher.config, routes)
+    return _report_reverify(summary, stderr)
+
+
+def _report_reverify(summary: Any, stderr: Console) -> int:
+    from nemo_gym.rollouts.aggregate import print_key_metrics
+
+    if summary.metrics:
+        print_key_metrics(summary.metrics, stderr)
+    if summary.unsafe_servers:
+        stderr.print(
+            f"[yellow]warning:[/yellow] forced past /reverify_mode of {', '.join(summary.unsafe_servers)}: "
+            "their new rewards may be wrong (rows marked _ng_reverify_unsafe)"
+        )
+    line = f"Re-verified {summary.verified} rollouts"
+    if summary.failed:
+        line += f", {summary.failed} failed ({dict(summary.failure_classes)})"
+    line += f" in {summary.elapsed_s:.1f}s: {summary.changed} reward(s) changed"
+    line += f" ({summary.increased} up, {summary.decreased} down)"
+    if summary.verified:
+        before = summary.previous_reward_sum / summary.verified
+        line += f"; mean reward {before:.4f} -> {summary.reward_sum / summary.verified:.4f}"
+    stderr.print(line)
+    stderr.print(f"  rollouts:          {summary.output_path}")
+    if summary.failed:
+        stderr.print(f"  failures:          {summary.failures_path}")
+    if summary.metrics_path:
+        stderr.print(f"  aggregate metrics: {summary.metrics_path}")
+    sys.stderr.flush()
+    return 0 if not summary.failed else EXIT_SOME_ROLLOUTS_FAILED
+
+
 COMMANDS = (
     Command(
         "eval",
@@ -111,6 +287,65 @@ COMMANDS = (
             "example: gym eval run --resources-server example_single_tool_call "
             "--input resources_servers/example_single_tool_call/data/example.jsonl "
             "--agent example_single_tool_call_simple_agent --output results/weather.jsonl",
+        ),
+    ),
+    Command(
+        "eval",
+        "aggregate",
+        "merge rollout shards and compute their metrics from the files (servers only with --servers)",
+        aggregate,
+        AGGREGATE_FLAGS,
+        examples=("example: gym eval aggregate --input-glob 'results/shard_*.jsonl' --output results/all.jsonl",),
+    ),
+    Command(
+        "eval",
+        "profile",
+        "per-task pass rates and pass@k of a run, from its rollouts and materialized inputs",
+        profile,
+        PROFILE_FLAGS,
+        examples=("example: gym eval profile --rollouts results/weather.jsonl",),
+    ),
+    Command(
+        "eval",
+        "reverify",
+        "re-score stored rollouts with the current verifier, no inference (starts servers unless --no-serve)",
+        reverify,
+        CONFIG_FLAGS + MODEL_FLAGS + REVERIFY_FLAGS,
+        examples=(
+            "example: gym eval reverify --resources-server example_multi_step --rollouts results/x.jsonl "
+            "--output results/x_reverified.jsonl",
+        ),
+    ),
+)
+
+
+def prepare(invocation: Invocation) -> int:
+    """Write the data of every benchmark in the composed config by running its prepare script."""
+    from omegaconf import OmegaConf
+
+    from nemo_gym.benchmarks import PrepareBenchmarksConfig, prepare_benchmarks
+
+    config = parse_global_config_dict(invocation.overrides, dummy_model=True)
+    settings = PrepareBenchmarksConfig.model_validate(OmegaConf.to_container(config, resolve=True))
+    console = Console(highlight=False, soft_wrap=True)
+    for result in prepare_benchmarks(config, settings):
+        with result.path.open("rb") as handle:
+            rows = sum(1 for line in handle if line.strip())
+        state = "cached  " if result.cached else "prepared"
+        console.print(f"{state} {result.job.label}: {rows} rows in {result.path}")
+    return 0
+
+
+COMMANDS += (
+    Command(
+        "eval",
+        "prepare",
+        "write the data of the benchmarks in the config by running their prepare scripts",
+        prepare,
+        CONFIG_FLAGS,
+        examples=(
+            "example: gym eval prepare --benchmark arithmetic +prepare_script_args={num_problems: 50}",
+            "options: +use_cached_prepared_benchmarks=true  +num_prepare_benchmark_processes=N",
         ),
     ),
 )

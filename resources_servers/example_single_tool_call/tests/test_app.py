@@ -53,3 +53,4 @@ def test_routes_and_sessions():
     assert answer.headers["set-cookie"].startswith("ExampleSingleToolCallResourcesServer___=")
     assert "set-cookie" not in client.get("/").headers  # the session cookie came back, so it is kept
     assert client.post("/get_weather", json={}).status_code == 422
+    assert client.get("/reverify_mode").json() == "stateless"  # verify reads only the transcript

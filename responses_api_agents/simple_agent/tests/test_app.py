@@ -43,7 +43,9 @@ def _call(name: str, arguments: str) -> dict[str, Any]:
 
 
 @contextmanager
-def serve(script: list[list[dict[str, Any]]], max_steps: int = 10, start_model: bool = True) -> Iterator[str]:
+def serve(
+    script: list[list[dict[str, Any]]], max_steps: int = 10, start_model: bool = True, execute_tools: bool = True
+) -> Iterator[str]:
     """Start model, weather and agent servers on loopback; yield the agent's base URL."""
     sockets = {name: socket.create_server(("127.0.0.1", 0)) for name in ("model", "weather", "agent")}
     port = {name: sock.getsockname()[1] for name, sock in sockets.items()}
@@ -67,7 +69,7 @@ def serve(script: list[list[dict[str, Any]]], max_steps: int = 10, start_model: 
         ),
         "agent": SimpleAgent(
             config=SimpleAgentConfig(
-                **common, port=port["agent"], name="agent", max_steps=max_steps,
+                **common, port=port["agent"], name="agent", max_steps=max_steps, execute_tools=execute_tools,
                 resources_server={"type": "resources_servers", "name": "weather"},
                 model_server={"type": "responses_api_models", "name": "policy_model"},
             ),
@@ -166,3 +168,18 @@ def test_a_dead_model_server_fails_the_rollout_with_a_502_naming_it():
         answer = run(agent)
     assert answer.status_code == 502
     assert "policy_model" in answer.text and "/v1/responses" in answer.text
+
+
+def test_without_tool_execution_one_model_call_is_judged_as_is():
+    """execute_tools=false: the call is the answer; it is never run, so no tool output joins the trajectory."""
+    script = [[_call("get_weather", '{"city": "Paris"}'), _call("launch_rockets", "{}")], [_message("Cold.")]]
+    with serve(script, execute_tools=False) as agent:
+        row = run(agent).json()
+    assert [item["type"] for item in row["response"]["output"]] == ["function_call", "function_call"]
+    assert row["reward"] == 0.0  # the weather verifier wants a final message, which a single call never gives
+
+
+def test_without_tool_execution_a_text_answer_also_ends_the_rollout():
+    with serve([[_message("No tool needed.")], [_message("second")]], execute_tools=False) as agent:
+        output = run(agent).json()["response"]["output"]
+    assert [item["content"][0]["text"] for item in output] == ["No tool needed."]

@@ -1,0 +1,69 @@
+"""Checking dataset rows: each line must be a JSON object whose ``responses_create_params`` are valid create params.
+
+Data preparation wants every bad line of a file, not just the first, so :func:`iter_checked_lines` never raises on a
+bad line: it hands back the line number and the reason, and the caller decides. :func:`create_params_problem` is the
+single place that says what makes create params invalid, so every command rejects the same rows with the same words.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+from pydantic import ValidationError
+
+from nemo_gym.config_types import ConfigPathNotFoundError
+from nemo_gym.openai_utils import NeMoGymResponseCreateParamsNonStreaming
+
+CREATE_PARAMS_KEY = "responses_create_params"
+
+
+@dataclass(frozen=True)
+class CheckedLine:
+    """One non-blank line of a JSONL file: the row if it parsed as an object, else why not."""
+
+    number: int
+    row: dict[str, Any] | None
+    problem: str | None = None
+
+
+def iter_checked_lines(path: Path) -> Iterator[CheckedLine]:
+    """Every non-blank line of ``path`` in order, parsed; unparseable lines carry a problem instead of a row."""
+    if not path.is_file():
+        raise ConfigPathNotFoundError(f"dataset file {path} does not exist")
+    with path.open("rb") as f:
+        for number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = orjson.loads(line)
+            except orjson.JSONDecodeError as e:
+                yield CheckedLine(number, None, f"not valid JSON ({e})")
+                continue
+            if not isinstance(row, dict):
+                yield CheckedLine(number, None, f"each line must be a JSON object, got {type(row).__name__}")
+                continue
+            yield CheckedLine(number, row)
+
+
+def create_params_problem(params: Any, overrides: dict[str, Any] | None = None) -> str | None:
+    """Why ``params`` (with ``overrides`` merged over them) are not valid Responses create params, or None if valid."""
+    if not isinstance(params, dict):
+        return f"missing {CREATE_PARAMS_KEY} (a mapping of Responses API create params)"
+    try:
+        NeMoGymResponseCreateParamsNonStreaming.model_validate(params | (overrides or {}))
+    except ValidationError as e:
+        errors = e.errors()
+        first = errors[0]
+        location = ".".join(str(p) for p in first["loc"])
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        return f"{CREATE_PARAMS_KEY}.{location}: {first['msg']}{more}"
+    return None
+
+
+def row_problem(row: dict[str, Any]) -> str | None:
+    """Why a dataset row cannot be sent to an agent, or None if it can."""
+    return create_params_problem(row.get(CREATE_PARAMS_KEY))

@@ -1,0 +1,298 @@
+"""The process that runs one submitted program for one unit test. Standard library only; started by ``sandbox.py``.
+
+Two stages, one file, so nothing of the server's package has to be importable (or readable) inside the sandbox:
+
+* ``init`` runs first (as PID 1 of a fresh PID namespace when ``unshare`` is available). It forks the worker, and
+  in that child, before anything untrusted runs, sets the resource limits, drops file-system and network access with
+  Landlock, and ``exec``s a fresh interpreter for the ``worker`` stage, so ``ctypes`` (needed for Landlock) is never
+  loaded where user code runs. It then reaps everything and exits with the worker's status (``128 + signal`` when a
+  signal ended it). When PID 1 of a namespace exits, the kernel kills whatever is left in it.
+* ``worker`` installs an audit hook that ends the process with ``EXIT_VIOLATION`` on any forbidden operation (a
+  process spawn, a socket, a file outside the work directory, raising a limit), then runs the solution as
+  ``__main__`` with the test input on stdin.
+
+The configuration is one JSON argument. Exit codes below are the contract with ``sandbox.py``.
+"""
+
+import json
+import os
+import sys
+
+EXIT_OK = 0
+EXIT_RUNTIME_ERROR = 101
+EXIT_SYNTAX_ERROR = 102
+EXIT_MEMORY_ERROR = 103
+EXIT_VIOLATION = 104
+EXIT_SETUP_ERROR = 105
+
+# Landlock (linux/landlock.h). File rights; the directory-only ones follow.
+_LL_EXECUTE, _LL_WRITE_FILE, _LL_READ_FILE = 1 << 0, 1 << 1, 1 << 2
+_LL_READ_DIR = 1 << 3
+_LL_TRUNCATE, _LL_IOCTL_DEV = 1 << 14, 1 << 15
+_LL_FILE_RIGHTS = _LL_EXECUTE | _LL_WRITE_FILE | _LL_READ_FILE | _LL_TRUNCATE | _LL_IOCTL_DEV
+_LL_READ_ONLY = _LL_EXECUTE | _LL_READ_FILE | _LL_READ_DIR
+_SYS_CREATE_RULESET, _SYS_ADD_RULE, _SYS_RESTRICT_SELF = 444, 445, 446
+_PR_SET_NO_NEW_PRIVS = 38
+
+# Audit events that end the run. Sockets and ctypes are matched by prefix.
+_FORBIDDEN_EVENTS = frozenset(
+    {
+        "os.system", "os.exec", "os.fork", "os.forkpty", "os.posix_spawn", "os.spawn", "subprocess.Popen",
+        "os.link", "os.symlink", "resource.setrlimit", "resource.prlimit", "gc.get_objects", "gc.get_referrers",
+        "gc.get_referents", "sys.setprofile", "sys.settrace", "pty.spawn",
+    }
+)  # fmt: skip
+_FORBIDDEN_PREFIXES = ("socket.", "ctypes.", "_ctypes.")
+# Importing these would reach fork/exec or raw memory without any audit event on the way.
+_FORBIDDEN_MODULES = frozenset({"_posixsubprocess", "ctypes", "_ctypes", "_xxsubinterpreters", "_testcapi"})
+# Events whose first argument is a path the program reads (r) or changes (w).
+_PATH_EVENTS = {
+    "os.listdir": "r", "os.scandir": "r", "os.chdir": "r", "os.mkdir": "w", "os.rmdir": "w", "os.remove": "w",
+    "os.chmod": "w", "os.chown": "w", "os.truncate": "w", "os.utime": "w", "shutil.rmtree": "w",
+    "os.setxattr": "w", "os.removexattr": "w", "os.listxattr": "r", "os.getxattr": "r", "os.chflags": "w",
+}  # fmt: skip
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+_MAX_WRITABLE_OPENS = 64
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# init stage
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def _set_limits(limits: dict) -> None:
+    import resource
+
+    cpu = int(limits["cpu_s"])
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))  # SIGXCPU at the soft limit, SIGKILL a second later
+    resource.setrlimit(resource.RLIMIT_AS, (limits["memory_bytes"], limits["memory_bytes"]))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limits["file_bytes"], limits["file_bytes"]))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (limits["open_files"], limits["open_files"]))
+    # RLIMIT_NPROC counts every process of the user, so the cap is "what exists now plus a few" (root is exempt).
+    nproc = _processes_of_this_user() + limits["extra_processes"]
+    resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+
+
+def _processes_of_this_user() -> int:
+    uid, count = os.getuid(), 0
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                count += os.stat(f"/proc/{name}").st_uid == uid
+            except OSError:
+                pass
+    return count
+
+
+def _apply_landlock(read_paths: list[str], write_paths: list[str]) -> int:
+    """Allow reading ``read_paths`` and everything under ``write_paths``; deny other files and all TCP. Returns the
+    Landlock ABI used, or raises OSError when the kernel has no Landlock."""
+    import ctypes
+    import struct
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    abi = libc.syscall(_SYS_CREATE_RULESET, None, 0, 1)  # LANDLOCK_CREATE_RULESET_VERSION
+    if abi < 1:
+        raise OSError(ctypes.get_errno(), "Landlock is not available")
+    handled_fs = (1 << 13) - 1  # ABI 1: execute .. make_sym
+    handled_fs |= (1 << 13) if abi >= 2 else 0  # refer
+    handled_fs |= _LL_TRUNCATE if abi >= 3 else 0
+    handled_fs |= _LL_IOCTL_DEV if abi >= 5 else 0
+    handled_net = 0b11 if abi >= 4 else 0  # bind_tcp, connect_tcp: no rule allows either
+    scoped = 0b11 if abi >= 6 else 0  # abstract unix sockets and signals stay inside the sandbox
+    attr = struct.pack("=QQQ", handled_fs, handled_net, scoped)[: 8 if abi < 4 else 16 if abi < 6 else 24]
+    attr_buffer = ctypes.create_string_buffer(attr, len(attr))
+    ruleset = libc.syscall(_SYS_CREATE_RULESET, attr_buffer, len(attr), 0)
+    if ruleset < 0:
+        raise OSError(ctypes.get_errno(), "landlock_create_ruleset failed")
+    try:
+        rules = [(path, _LL_READ_ONLY) for path in read_paths] + [(path, handled_fs) for path in write_paths]
+        for path, access in rules:
+            try:
+                fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            except OSError:
+                continue  # a path that does not exist here needs no rule
+            try:
+                if not os.path.isdir(path):
+                    access &= _LL_FILE_RIGHTS
+                rule = ctypes.create_string_buffer(struct.pack("=Qi", access & handled_fs, fd), 12)
+                if libc.syscall(_SYS_ADD_RULE, ruleset, 1, rule, 0) < 0:  # LANDLOCK_RULE_PATH_BENEATH
+                    raise OSError(ctypes.get_errno(), f"landlock_add_rule failed for {path}")
+            finally:
+                os.close(fd)
+        if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(NO_NEW_PRIVS) failed")
+        if libc.syscall(_SYS_RESTRICT_SELF, ruleset, 0) < 0:
+            raise OSError(ctypes.get_errno(), "landlock_restrict_self failed")
+    finally:
+        os.close(ruleset)
+    return abi
+
+
+def _start_worker(config: dict) -> None:
+    """In the forked child: limits, Landlock, then a fresh interpreter for the worker stage. Never returns."""
+    try:
+        _set_limits(config["limits"])  # first: counting processes reads /proc, which Landlock then closes
+        if config["landlock"] != "off":
+            try:
+                _apply_landlock(config["read_paths"], [config["workdir"], os.devnull])
+            except OSError as e:
+                if config["landlock"] == "required":
+                    raise
+                os.write(2, f"sandbox: landlock not applied ({e})\n".encode())
+        worker_config = json.dumps(config | {"stage": "worker"})
+        os.execv(config["python"], [config["python"], "-I", "-S", "-B", os.path.abspath(__file__), worker_config])
+    except BaseException as e:  # the exec failed, or a required layer could not be set up
+        os.write(2, f"sandbox: setup failed: {type(e).__name__}: {e}\n".encode())
+    os._exit(EXIT_SETUP_ERROR)
+
+
+def run_init(config: dict) -> None:
+    worker = os.fork()
+    if worker == 0:
+        _start_worker(config)
+    status = 0
+    while True:  # also reaps orphans re-parented to us as PID 1
+        try:
+            pid, wait_status = os.wait()
+        except ChildProcessError:
+            break
+        if pid == worker:
+            status = wait_status
+            break
+    code = os.waitstatus_to_exitcode(status)
+    os._exit(code if code >= 0 else 128 - code)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# worker stage
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def _install_audit_hook(read_roots: tuple[str, ...], workdir: str) -> None:
+    """End the process on any operation outside the sandbox's rules. Only immutable state is captured."""
+    realpath, write, exit_now, getpid = os.path.realpath, os.write, os._exit, os.getpid
+    work_prefix = workdir.rstrip("/") + "/"
+    read_prefixes = tuple(root.rstrip("/") + "/" for root in read_roots)
+    read_files = frozenset(read_roots)
+    writable_opens = [0]
+
+    def deny(event: str, detail: object) -> None:
+        write(2, f"\nsandbox: blocked {event} {detail!r:.200}\n".encode(errors="replace"))
+        exit_now(EXIT_VIOLATION)
+
+    def allowed(path: object, mode: str) -> bool:
+        if isinstance(path, int):
+            return True  # an already-open descriptor: it was checked when it was opened
+        try:
+            resolved = realpath(os.fsdecode(path))
+        except (TypeError, ValueError, OSError):
+            return False
+        if resolved == workdir or resolved.startswith(work_prefix) or resolved == os.devnull:
+            return True
+        return mode == "r" and (resolved in read_files or resolved.startswith(read_prefixes))
+
+    def hook(event: str, args: tuple) -> None:
+        if event in _FORBIDDEN_EVENTS or event.startswith(_FORBIDDEN_PREFIXES):
+            deny(event, args)
+        elif event == "import":
+            if args[0] in _FORBIDDEN_MODULES or args[0].split(".")[0] in _FORBIDDEN_MODULES:
+                deny(event, args[0])
+        elif event == "open":
+            path, mode, flags = args
+            writing = any(c in mode for c in "wax+") if isinstance(mode, str) else bool((flags or 0) & _WRITE_FLAGS)
+            if path is None:
+                return
+            if not allowed(path, "w" if writing else "r"):
+                deny(event, path)
+            if writing and not isinstance(path, int):
+                writable_opens[0] += 1
+                if writable_opens[0] > _MAX_WRITABLE_OPENS:
+                    deny("open (too many files written)", path)
+        elif event in _PATH_EVENTS:
+            if args and not allowed(args[0], _PATH_EVENTS[event]):
+                deny(event, args[0])
+        elif event == "os.rename":
+            if not (allowed(args[0], "w") and allowed(args[1], "w")):
+                deny(event, args[:2])
+        elif event in ("os.kill", "os.killpg"):
+            if args[0] not in (0, getpid()):
+                deny(event, args)
+
+    sys.addaudithook(hook)
+
+
+def _finish(code: int) -> None:
+    """Wait for the program's own threads (a common way to get a bigger stack), flush, and exit without atexit."""
+    threading = sys.modules.get("threading")
+    if threading is not None:
+        for thread in threading.enumerate():
+            if thread is not threading.main_thread() and not thread.daemon:
+                thread.join()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            code = code or EXIT_RUNTIME_ERROR
+    os._exit(code)
+
+
+def _call_function(namespace: dict, fn_name: str) -> None:
+    """Call-based tests: stdin holds a JSON list of positional arguments; the return value is printed as JSON."""
+    arguments = json.loads(sys.stdin.read() or "[]")
+    target = namespace.get(fn_name)
+    if target is None and isinstance(namespace.get("Solution"), type):
+        target = getattr(namespace["Solution"](), fn_name, None)
+    if not callable(target):
+        raise NameError(f"no function named {fn_name!r} in the solution")
+    result = target(*arguments) if isinstance(arguments, list) else target(arguments)
+    sys.stdout.write(json.dumps(result) + "\n")
+
+
+def run_worker(config: dict) -> None:
+    """Load the solution under the audit hook and run it: as ``__main__`` for stdin/stdout tests, or as a module whose
+    ``fn_name`` is then called for call-based tests."""
+    import traceback
+    import types
+
+    workdir, fn_name = config["workdir"], config.get("fn_name")
+    with open(os.path.join(workdir, "solution.py"), encoding="utf-8") as source_file:
+        source = source_file.read()
+    if config["audit_hook"]:
+        _install_audit_hook(tuple(config["read_paths"]), workdir)
+    try:
+        code = compile(source, "solution.py", "exec")
+    except (SyntaxError, ValueError) as e:
+        sys.stderr.write("".join(traceback.format_exception_only(type(e), e)))
+        _finish(EXIT_SYNTAX_ERROR)
+    module = types.ModuleType("solution" if fn_name else "__main__")
+    module.__file__ = os.path.join(workdir, "solution.py")
+    sys.modules[module.__name__] = module
+    del source, config
+    try:
+        exec(code, module.__dict__)
+        if fn_name:
+            _call_function(module.__dict__, fn_name)
+    except SystemExit as e:
+        if e.code not in (None, 0):
+            if not isinstance(e.code, int):
+                sys.stderr.write(f"{e.code}\n")
+            _finish(EXIT_RUNTIME_ERROR)
+    except MemoryError:
+        sys.stderr.write("MemoryError\n")
+        _finish(EXIT_MEMORY_ERROR)
+    except BaseException as e:
+        # The first frame is this function; the program's own frames follow.
+        traceback.print_exception(type(e), e, e.__traceback__.tb_next if e.__traceback__ else None)
+        _finish(EXIT_RUNTIME_ERROR)
+    _finish(EXIT_OK)
+
+
+if __name__ == "__main__":
+    _config = json.loads(sys.argv[1])
+    if _config["stage"] == "init":
+        run_init(_config)
+    else:
+        run_worker(_config)

@@ -1,0 +1,149 @@
+"""Acceptance tests of the sandbox: submitted code cannot read files outside its temp dir, open sockets, fork-bomb,
+or outlive its timeout. Each test bounds its own time and checks that nothing leaked (no content, no connection, no
+process). Where the kernel layers exist, the file and socket tests run again with the audit hook off, to show the
+kernel alone holds."""
+
+from __future__ import annotations
+
+import secrets
+import socket
+import sys
+import time
+
+import psutil
+import pytest
+
+from resources_servers.code_gen.grading import grade_solution
+from resources_servers.code_gen.sandbox import SandboxLimits, SandboxPolicy, landlock_abi, namespace_prefix
+
+pytestmark = [
+    pytest.mark.timeout(120),
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox uses Linux rlimits and namespaces"),
+]
+
+LIMITS = SandboxLimits(time_limit_s=1.0, wall_factor=2.0, wall_grace_s=1.0, memory_mb=512)
+FULL = SandboxPolicy()
+KERNEL_ONLY = SandboxPolicy(audit_hook=False)
+needs_landlock = pytest.mark.skipif(landlock_abi() < 4, reason="needs Landlock ABI >= 4 (files and TCP)")
+needs_namespaces = pytest.mark.skipif(namespace_prefix() is None, reason="needs `unshare --net --pid`")
+
+
+def sandbox_processes() -> list[psutil.Process]:
+    """Every live process started for a sandboxed run, anywhere on the machine."""
+    found = []
+    for process in psutil.process_iter(["cmdline", "status"]):
+        cmdline = process.info["cmdline"] or []
+        if process.info["status"] != psutil.STATUS_ZOMBIE and any("sandbox_child.py" in part for part in cmdline):
+            found.append(process)
+    return found
+
+
+def run(code: str, policy: SandboxPolicy = FULL, stdin: str = "\n"):
+    start = time.monotonic()
+    grade = grade_solution(code, [stdin], ["never printed\n"], None, LIMITS, policy)
+    return grade, time.monotonic() - start
+
+
+@pytest.mark.parametrize("policy", [FULL, pytest.param(KERNEL_ONLY, marks=needs_landlock)], ids=["full", "kernel"])
+def test_code_cannot_read_files_outside_its_temp_dir(tmp_path, policy):
+    secret = f"top-secret-{secrets.token_hex(8)}"
+    (tmp_path / "secret.txt").write_text(secret)
+    code = f"""
+import os
+found = []
+for attempt in (lambda: open({str(tmp_path / 'secret.txt')!r}).read(),
+                lambda: os.listdir({str(tmp_path)!r}),
+                lambda: open('../' * 12 + {str(tmp_path / 'secret.txt')!r}.lstrip('/')).read()):
+    try:
+        found.append(str(attempt()))
+    except Exception as e:
+        found.append(type(e).__name__)
+print(found)
+"""
+    grade, elapsed = run(code, policy)
+    expected = "sandbox_violation" if policy.audit_hook else "wrong_answer"  # kernel only: every attempt fails
+    assert grade.result == expected
+    assert secret not in str(grade.failure) and "secret.txt" not in (grade.failure["actual_output"] or "")
+    if not policy.audit_hook:
+        assert grade.failure["actual_output"].count("PermissionError") == 3
+    assert elapsed < 30 and not sandbox_processes()
+
+
+@pytest.mark.parametrize(
+    "policy", [FULL, pytest.param(KERNEL_ONLY, marks=[needs_landlock, needs_namespaces])], ids=["full", "kernel"]
+)
+def test_code_cannot_open_sockets(policy):
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        listener.setblocking(False)
+        port = listener.getsockname()[1]
+        code = f"""
+import socket
+for family, address in ((socket.AF_INET, ("127.0.0.1", {port})), (socket.AF_INET6, ("::1", {port}))):
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            s.settimeout(2)
+            s.connect(address)
+            s.sendall(b"leak")
+            print("connected")
+    except OSError as e:
+        print(type(e).__name__)
+"""
+        grade, elapsed = run(code, policy)
+        with pytest.raises(BlockingIOError):
+            listener.accept()  # nobody connected
+    assert grade.result == ("sandbox_violation" if policy.audit_hook else "wrong_answer")
+    assert "connected" not in grade.failure["actual_output"]
+    assert elapsed < 30 and not sandbox_processes()
+
+
+@pytest.mark.parametrize(
+    "bomb",
+    [
+        "import os\nwhile True:\n    try:\n        os.fork()\n    except Exception:\n        pass",
+        "import subprocess, sys\nwhile True:\n    subprocess.Popen([sys.executable, '-c', 'while True: pass'])",
+        "import multiprocessing\n\ndef spin():\n    while True:\n        multiprocessing.Process(target=spin).start()\n\n"
+        "if __name__ == '__main__':\n    spin()",
+        "import os\nos.system(':(){ :|:& };:')",
+        "import pty\npty.fork()",
+    ],
+    ids=["os.fork", "subprocess", "multiprocessing", "os.system", "pty"],
+)
+def test_fork_bombs_are_stopped_before_they_spread(bomb):
+    before = psutil.pids()
+    grade, elapsed = run(bomb)
+    assert grade.result == "sandbox_violation"
+    assert elapsed < 30 and not sandbox_processes()
+    assert len(psutil.pids()) <= len(before) + 5  # no process explosion on the host
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "while True:\n    pass",
+        "import time\nwhile True:\n    time.sleep(1)",
+        "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nsignal.signal(signal.SIGXCPU, signal.SIG_IGN)\n"
+        "while True:\n    pass",
+        "import threading, time\nfor _ in range(4):\n    threading.Thread(target=time.sleep, args=(3600,)).start()",
+    ],
+    ids=["busy", "sleeping", "ignores-signals", "threads"],
+)
+def test_code_cannot_outlive_its_timeout(code):
+    grade, elapsed = run(code)
+    assert grade.result == "timeout"
+    wall_limit = LIMITS.time_limit_s * LIMITS.wall_factor + LIMITS.wall_grace_s
+    assert elapsed < wall_limit + 10
+    assert not sandbox_processes()
+
+
+@needs_namespaces
+def test_a_process_that_escapes_its_group_dies_with_the_pid_namespace():
+    """With the audit hook off, a real fork + setsid leaves the process group; the PID namespace still ends it."""
+    code = "import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(600)\nprint('parent done')"
+    grade, elapsed = run(code, SandboxPolicy(audit_hook=False, landlock="off"))
+    assert grade.result == "wrong_answer" and grade.failure["actual_output"] == "parent done\n"
+    deadline = time.monotonic() + 10
+    while sandbox_processes() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not sandbox_processes()
