@@ -20,10 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from pydantic import ValidationError
 
 from nemo_gym.config_types import AGENT_REF_KEY, ConfigError
-from nemo_gym.openai_utils import NeMoGymResponseCreateParamsNonStreaming
+from nemo_gym.datasets.validation import create_params_problem
 from nemo_gym.rollouts.jsonl import JsonlWriter, iter_jsonl
 
 TASK_INDEX_KEY = "_ng_task_index"
@@ -93,16 +92,9 @@ def _validate_rows(options: MaterializeOptions) -> None:
     problems: list[str] = []
     for number, row in iter_jsonl(options.input_path, options.limit):
         where = f"{options.input_path}:{number}"
-        params = row.get("responses_create_params")
-        if not isinstance(params, dict):
-            problems.append(f"{where}: missing responses_create_params (a mapping of Responses API create params)")
-        else:
-            try:
-                NeMoGymResponseCreateParamsNonStreaming.model_validate(params | options.responses_create_params)
-            except ValidationError as e:
-                first = e.errors()[0]
-                location = ".".join(str(p) for p in first["loc"])
-                problems.append(f"{where}: responses_create_params.{location}: {first['msg']}")
+        problem = create_params_problem(row.get("responses_create_params"), options.responses_create_params)
+        if problem is not None:
+            problems.append(f"{where}: {problem}")
         agent = _agent_of(row, options)
         if agent is None:
             problems.append(f"{where}: no agent_ref in the row; pass --agent NAME (or +agent_name=NAME)")
