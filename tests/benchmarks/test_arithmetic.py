@@ -18,6 +18,10 @@ import pytest
 from nemo_gym import PARENT_DIR
 from nemo_gym.benchmarks import load_script
 from nemo_gym.cli.main import main
+from nemo_gym.config_types import ConfigError
+from nemo_gym.global_config import parse_global_config_dict
+from nemo_gym.rollouts.config import RolloutCollectionConfig
+from nemo_gym.rollouts.run import prepare_split_input
 from tests.helpers import write
 
 SOURCE = PARENT_DIR / "benchmarks" / "arithmetic"
@@ -113,7 +117,7 @@ def test_eval_prepare_writes_the_benchmark_file_and_honours_the_cache(bench_root
     assert (REPO_DATA.stat().st_mtime_ns if REPO_DATA.exists() else None) == repo_before
 
 
-TWO_BENCHMARKS = """
+AGENT = """
 {agent}:
   responses_api_agents:
     simple_agent:
@@ -121,8 +125,10 @@ TWO_BENCHMARKS = """
       resources_server: {{type: resources_servers, name: string_match}}
       model_server: {{type: responses_api_models, name: policy_model}}
       datasets:
-      - {{name: {agent}, type: benchmark, jsonl_fpath: {data}, prepare_script: {script}, num_repeats: 2}}
 """
+BENCHMARK_AGENT = AGENT + (
+    "      - {{name: {agent}, type: benchmark, jsonl_fpath: {data}, prepare_script: {script}, num_repeats: 2}}\n"
+)
 GOOD_SCRIPT = """
 from pathlib import Path
 
@@ -142,7 +148,7 @@ def _suite(root: Path, scripts: dict[str, str]) -> Path:
         script = root / "suite" / f"{name}.py"
         if text is not None:
             write(script, text.format(name=name))
-        blocks.append(TWO_BENCHMARKS.format(agent=name, data=root / "suite" / "data" / f"{name}.jsonl", script=script))
+        blocks.append(BENCHMARK_AGENT.format(agent=name, data=root / "suite" / "data" / f"{name}.jsonl", script=script))
     string_match = PARENT_DIR / "resources_servers" / "string_match" / "configs" / "string_match.yaml"
     return write(root / "suite" / "config.yaml", f"config_paths: [{string_match}]\n" + "".join(blocks))
 
@@ -222,6 +228,50 @@ def test_benchmark_selector_composes_isolated_instances(capsys):
     assert "string_match_simple_agent" not in out  # inherited instances are moved, not started twice
     code, _, err = run(capsys, "env", "validate", "--benchmark", "rollout_overhead")
     assert code == 1 and "--benchmark 'rollout_overhead'" in err
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# --split benchmark input
+
+
+def test_split_input_renders_benchmark_rows_once_and_reports_their_num_repeats(bench_root, capsys):
+    config_path = bench_root / "benchmarks" / "arithmetic" / "config.yaml"
+    config = parse_global_config_dict([f"+config_paths=[{config_path}]"], dummy_model=True)
+    with pytest.raises(ConfigError, match="gym eval prepare --benchmark"):
+        prepare_split_input(config, "benchmark", bench_root / "split.jsonl")
+    assert run(capsys, "eval", "prepare", "--benchmark", "arithmetic", "+prepare_script_args={num_problems: 3}")[0] == 0
+    split = prepare_split_input(config, "benchmark", bench_root / "split.jsonl")
+    assert split.num_repeats == {"arithmetic_simple_agent": 4}
+    rows = read_rows(split.path)
+    assert len(rows) == 3  # written once; the repeats are applied when rollouts are materialized
+    for row in rows:
+        system, user = row["responses_create_params"]["input"]
+        assert system["role"] == "system" and row["question"] in user["content"] and "\\boxed{}" in user["content"]
+        assert row["agent_ref"] == {"type": "responses_api_agents", "name": "arithmetic_simple_agent"}
+    with pytest.raises(ConfigError, match="no agent"):
+        prepare_split_input(config, "train", bench_root / "split.jsonl")
+
+
+def test_split_input_duplicates_rows_when_an_agents_datasets_disagree_on_num_repeats(workdir):
+    write(workdir / "a.jsonl", '{"responses_create_params": {"input": "a"}}\n')
+    write(workdir / "b.jsonl", '{"responses_create_params": {"input": "b"}}\n')
+    config_text = AGENT.format(agent="mixed") + (
+        "      - {name: a, type: example, jsonl_fpath: a.jsonl, num_repeats: 1}\n"
+        "      - {name: b, type: example, jsonl_fpath: b.jsonl, num_repeats: 3}\n"
+    )
+    string_match = PARENT_DIR / "resources_servers" / "string_match" / "configs" / "string_match.yaml"
+    config_path = write(workdir / "mixed.yaml", f"config_paths: [{string_match}]\n{config_text}")
+    config = parse_global_config_dict([f"+config_paths=[{config_path}]"], dummy_model=True)
+    split = prepare_split_input(config, "example", workdir / "split.jsonl")
+    inputs = [row["responses_create_params"]["input"] for row in read_rows(split.path)]
+    assert split.num_repeats["mixed"] == 1 and inputs.count("a") == 1 and inputs.count("b") == 3
+    assert split.num_repeats["string_match_simple_agent"] == 1
+
+
+def test_an_explicit_num_repeats_is_told_apart_from_the_default():
+    assert "num_repeats" not in RolloutCollectionConfig.model_validate({"output_jsonl_fpath": "x"}).model_fields_set
+    given = RolloutCollectionConfig.model_validate({"output_jsonl_fpath": "x", "num_repeats": 1})
+    assert "num_repeats" in given.model_fields_set
 
 
 # --------------------------------------------------------------------------------------------------------------------
