@@ -243,3 +243,19 @@ def scripted_rollout(
     if answer.status_code != 200:
         raise AssertionError(f"/run on {agent_name} answered HTTP {answer.status_code}: {answer.text}")
     return answer.json()
+
+
+def assistant_response(*texts: str, extra_output: list[dict[str, Any]] | None = None) -> Any:
+    """A finished ``NeMoGymResponse`` whose output is ``extra_output`` (e.g. reasoning or tool calls) followed by one
+    assistant message per text: what a verifier receives, built without a model."""
+    from nemo_gym.openai_utils import NeMoGymResponse
+
+    messages = [
+        {"type": "message", "id": f"msg_{i}", "role": "assistant", "status": "completed",
+         "content": [{"type": "output_text", "text": text, "annotations": []}]}
+        for i, text in enumerate(texts)
+    ]  # fmt: skip
+    return NeMoGymResponse.model_validate(
+        {"id": "resp_test", "created_at": 0, "model": "test", "object": "response", "parallel_tool_calls": True,
+         "tool_choice": "auto", "tools": [], "output": [*(extra_output or []), *messages]}
+    )  # fmt: skip

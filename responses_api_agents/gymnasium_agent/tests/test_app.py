@@ -150,3 +150,10 @@ def test_aggregate_metrics_are_answered_by_the_environment():
             f"{agent}/aggregate_metrics", json={"verify_responses": [{"reward": 1.0}, {"reward": -1.0}]}
         )
     assert answer.status_code == 200 and answer.json()["agent_metrics"]["mean/reward"] == 0.0
+
+
+def test_v1_responses_runs_an_episode_for_bare_create_params():
+    with serve([[say("go")]], env="counting") as (agent, _):
+        answer = httpx.post(f"{agent}/v1/responses", json={"input": "count with me"}, timeout=30)
+    assert answer.status_code == 200, answer.text
+    assert [item["type"] for item in answer.json()["output"]] == ["message"] * 3
