@@ -12,7 +12,9 @@ from dataclasses import dataclass
 
 # An opening fence (three or more backticks or tildes, optional info string), the body, and a closing fence of the
 # same characters on a line of its own.
-_FENCE = re.compile(r"^[ \t]*(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^\n`]*)\n(?P<body>.*?)^[ \t]*(?P=fence)[ \t]*$", re.M | re.S)
+_FENCE = re.compile(
+    r"^[ \t]*(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^\n`]*)\n(?P<body>.*?)^[ \t]*(?P=fence)[ \t]*$", re.M | re.S
+)
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,8 @@ def last_fenced_block(text: str, languages: Iterable[str] | None = None, allow_u
     """The content of the last block tagged with one of ``languages`` (any tag when None), or untagged when allowed."""
     wanted = {language.lower() for language in languages} if languages is not None else None
     for block in reversed(fenced_blocks(text)):
-        if (block.language == "" and allow_untagged) or (block.language and (wanted is None or block.language in wanted)):
+        if (block.language == "" and allow_untagged) or (
+            block.language and (wanted is None or block.language in wanted)
+        ):
             return block.content
     return None

@@ -242,6 +242,10 @@ def _wait_for_group_to_vanish(pgid: int, timeout_s: float = 10.0) -> None:
             os.killpg(pgid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             return
+        try:  # members re-parented to us (if this process is a subreaper) would stay zombies otherwise
+            os.waitpid(-pgid, os.WNOHANG)
+        except ChildProcessError:
+            pass
         time.sleep(0.005)
     logger.warning("process group %d still has members %.0f s after SIGKILL", pgid, timeout_s)
 

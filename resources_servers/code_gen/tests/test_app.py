@@ -45,6 +45,7 @@ async def test_fraction_mode_runs_every_test_and_scores_the_share_passed():
 @pytest.mark.parametrize(
     ("text", "result"),
     [
+        ("", "no_code"),
         ("The answer is to sum the numbers.", "no_code"),
         ("```cpp\nint main() { return 0; }\n```", "no_code"),
         ("```python\n   \n```", "no_code"),
@@ -81,13 +82,15 @@ def test_output_comparison_is_lenient_on_whitespace_and_number_spelling_only():
 
 
 async def test_call_based_tests_call_the_function_or_a_solution_method():
-    tests = (['[[3, 1, 2]]', '[[]]'], ["[1, 2, 3]", "[]"])
+    tests = (["[[3, 1, 2]]", "[[]]"], ["[1, 2, 3]", "[]"])
     function = "def sort_list(values):\n    return sorted(values)"
     method = "class Solution:\n    def sort_list(self, values):\n        return sorted(values)"
     for code in (function, method):
         result = await make_server().verify(request(python_reply(code), *tests, fn_name="sort_list"))
         assert (result.reward, result.result) == (1.0, "passed")
-    missing = await make_server().verify(request(python_reply("def other(v):\n    return v"), *tests, fn_name="sort_list"))
+    missing = await make_server().verify(
+        request(python_reply("def other(v):\n    return v"), *tests, fn_name="sort_list")
+    )
     assert missing.result == "runtime_error"
 
 
@@ -131,7 +134,9 @@ REFERENCE_SOLUTIONS = {
 
 
 async def test_every_example_row_is_solvable():
-    rows = [json.loads(line) for line in (Path(__file__).parents[1] / "data" / "example.jsonl").read_text().splitlines()]
+    rows = [
+        json.loads(line) for line in (Path(__file__).parents[1] / "data" / "example.jsonl").read_text().splitlines()
+    ]
     assert len(rows) == 5
     server = make_server(unit_test_timeout_secs=5)
     for row in rows:
