@@ -1,10 +1,10 @@
 """Every ``gym`` command, grouped as on the command line. A command appears here only once it works."""
 
-from nemo_gym.cli.commands import authoring, catalog, dataset, env, eval, launch
+from nemo_gym.cli.commands import authoring, catalog, dataset, dataset_registry, env, eval, launch
 from nemo_gym.cli.registry import Command
 
 GROUP_HELP = {
-    "dataset": "validate, collate and render datasets",
+    "dataset": "validate, collate and render datasets; upload and download them (hf, gitlab, local)",
     "dev": "contributor tools",
     "env": "compose, check and run the servers of an environment",
     "eval": "collect scored rollouts and compute their metrics",
@@ -18,4 +18,5 @@ ALL_COMMANDS: tuple[Command, ...] = (
     *eval.COMMANDS,
     *catalog.COMMANDS,
     *dataset.COMMANDS,
+    *dataset_registry.COMMANDS,
 )
