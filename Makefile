@@ -34,9 +34,11 @@ demo: setup
 		--output results/demo/weather_rollouts.jsonl \
 		--temperature 0.2 --max-output-tokens 128
 
+# The core suite, then every server's own tests in its own venv plus the data checks (gym env test = ng_test_all).
 test: setup
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
+	$(BIN)/gym env test
 
 lint: setup
 	$(BIN)/ruff check .

@@ -20,6 +20,7 @@ import logging
 import multiprocessing
 import os
 import signal
+import sys
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -62,6 +63,7 @@ def _worker_main(
 ) -> None:
     """Runs in the child: warm up, say ready, then answer ``(args, kwargs)`` messages until told to stop."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C goes to the server, which then closes the pool
+    _die_with_parent()
     if nice:
         try:
             os.nice(nice)  # verification yields the CPU to the server's event loop when the two compete
@@ -90,6 +92,35 @@ def _worker_main(
             conn.send(reply)
         except Exception as e:  # e.g. the result cannot be pickled
             conn.send(("error", f"cannot send the result back: {type(e).__name__}: {e}"))
+
+
+def _die_with_parent() -> None:
+    """Linux: have the kernel kill this worker when its parent goes, so a server killed with SIGKILL does not leave a
+    worker spinning on a pathological input forever. Best effort: elsewhere the worker exits at its next read.
+
+    A forkserver child's parent is the forkserver, which lives until every holder of its "alive" pipe has exited, and
+    each child inherits a copy. The worker closes its copy, so the forkserver exits with the server and the kernel
+    then ends the worker, even one stuck in C code.
+    """
+    from multiprocessing import forkserver
+
+    server = getattr(forkserver, "_forkserver", None)
+    alive_fd = getattr(server, "_forkserver_alive_fd", None)
+    if alive_fd is not None:
+        try:
+            os.close(alive_fd)
+        except OSError:
+            pass
+        server._forkserver_alive_fd = None
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
 
 
 class WorkerPool:
@@ -129,7 +160,7 @@ class WorkerPool:
         self._workers: set[_Worker] = set()
         self._idle: asyncio.Queue[_Worker] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._start_lock: asyncio.Lock | None = None
+        self._filling: asyncio.Task[None] | None = None
         self._calls: set[asyncio.Task[Any]] = set()
         self._replacements: set[asyncio.Task[Any]] = set()
         self._pending = 0  # workers being started or replaced right now
@@ -142,6 +173,11 @@ class WorkerPool:
         return sorted(w.pid for w in self._workers if w.pid is not None)
 
     @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        """The event loop the pool was started in (None before start)."""
+        return self._loop
+
+    @property
     def started(self) -> bool:
         return self._loop is not None
 
@@ -152,29 +188,39 @@ class WorkerPool:
             return False
 
     async def start(self) -> None:
-        """Start every worker and wait until each has warmed up. Idempotent."""
+        """Start missing workers and wait until each has warmed up. Idempotent.
+
+        The starting runs in its own task: a caller that is cancelled meanwhile (a client gave up) does not leave
+        half-started workers behind; they join the pool when ready.
+        """
         if self._closed:
             raise RuntimeError("the worker pool is closed")
         if self._loop is None:
             self._loop = asyncio.get_running_loop()
             self._idle = asyncio.Queue()
-            self._start_lock = asyncio.Lock()
         elif self._loop is not asyncio.get_running_loop():
             raise RuntimeError("this worker pool belongs to another event loop")
-        async with self._start_lock:
+        if self._filling is None or self._filling.done():
             missing = self.processes - len(self._workers) - self._pending
-            if missing > 0:
-                self._pending += missing
-                try:
-                    started = await asyncio.gather(*(self._spawn() for _ in range(missing)), return_exceptions=True)
-                finally:
-                    self._pending -= missing
-                failures = [r for r in started if isinstance(r, BaseException)]
-                for worker in started:
-                    if isinstance(worker, _Worker):
-                        self._idle.put_nowait(worker)
-                if failures:
-                    raise failures[0]
+            if missing <= 0:
+                return
+            self._pending += missing
+            self._filling = asyncio.ensure_future(self._fill(missing))
+            self._replacements.add(self._filling)
+            self._filling.add_done_callback(self._replacements.discard)
+        await asyncio.shield(self._filling)
+
+    async def _fill(self, missing: int) -> None:
+        try:
+            started = await asyncio.gather(*(self._spawn() for _ in range(missing)), return_exceptions=True)
+        finally:
+            self._pending -= missing
+        for worker in started:
+            if isinstance(worker, _Worker):
+                await self._requeue(worker)
+        failures = [r for r in started if isinstance(r, BaseException)]
+        if failures:
+            raise failures[0]
 
     async def run(self, *args: Any, **kwargs: Any) -> PoolResult:
         """Run ``fn(*args, **kwargs)`` in a worker, killing the worker if it overruns the deadline."""
@@ -186,6 +232,10 @@ class WorkerPool:
         self._calls.add(task)
         task.add_done_callback(self._calls.discard)
         return await asyncio.shield(task)
+
+    async def wait_for_replacements(self) -> None:
+        """Wait until workers being replaced (after a deadline or a crash) are ready again."""
+        await asyncio.gather(*self._replacements, return_exceptions=True)
 
     async def close(self) -> None:
         """Stop all workers (politely, then by force) and wait for them; no child outlives the pool."""
@@ -334,7 +384,13 @@ class ServerPool:
         self._pool: WorkerPool | None = None
 
     def get(self) -> WorkerPool:
-        if self._pool is None or (self._pool.started and not self._pool.belongs_to_running_loop()):
+        """The pool for the running event loop; outside any loop (inspection from a test), the current pool."""
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        stale = self._pool is not None and self._pool.started and running is not None and self._pool.loop is not running
+        if self._pool is None or stale:
             if self._pool is not None:
                 self._pool.close_now()
             self._pool = self._factory()
@@ -352,8 +408,14 @@ class ServerPool:
         else:
             pool.close_now()
 
-    def attach(self, app: Any) -> None:
-        """Warm the pool when ``app`` (a FastAPI/Starlette app) starts, before its first request; stop it on exit."""
+    def attach(self, app: Any, admission_limit: int | None = None, path_suffix: str = "/verify") -> None:
+        """Warm the pool when ``app`` (a FastAPI/Starlette app) starts, before its first request; stop it on exit.
+
+        With ``admission_limit``, at most that many ``*/verify`` requests are processed at once (see
+        :class:`AdmissionLimit`).
+        """
+        if admission_limit is not None:
+            app.add_middleware(AdmissionLimit, limit=admission_limit, path_suffix=path_suffix)
         inner_lifespan = app.router.lifespan_context
 
         @asynccontextmanager
@@ -366,3 +428,36 @@ class ServerPool:
                 await self.close()
 
         app.router.lifespan_context = lifespan
+
+
+class AdmissionLimit:
+    """ASGI middleware: at most ``limit`` requests whose path ends with ``path_suffix`` are processed at once.
+
+    Why: a burst of N verify requests puts N request tasks on the event loop, and each does its parsing and body
+    validation (about a millisecond in a FastAPI stack) before it first waits for a worker. A health check or
+    ``/seed_session`` that arrives during the burst waits behind all of them. Requests past the limit wait here,
+    before any of that work, so a burst costs other requests at most ``limit`` parsings. With a few workers, a limit
+    of a few times their number keeps them just as busy.
+    """
+
+    def __init__(self, app: Any, limit: int, path_suffix: str = "/verify") -> None:
+        if limit < 1:
+            raise ValueError("admission limit must be at least 1")
+        self.app = app
+        self.limit = limit
+        self.path_suffix = path_suffix
+        self._semaphore: asyncio.Semaphore | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def _slots(self) -> asyncio.Semaphore:
+        loop = asyncio.get_running_loop()
+        if self._semaphore is None or self._loop is not loop:  # one per event loop (test clients make new ones)
+            self._semaphore, self._loop = asyncio.Semaphore(self.limit), loop
+        return self._semaphore
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or not scope["path"].endswith(self.path_suffix):
+            await self.app(scope, receive, send)
+            return
+        async with self._slots():
+            await self.app(scope, receive, send)

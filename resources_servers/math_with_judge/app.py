@@ -10,8 +10,6 @@ failure rather than a reward of 0.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any, Literal
 
 from fastapi import FastAPI
@@ -26,9 +24,9 @@ from nemo_gym.base_resources_server import (
 from nemo_gym.config_types import AggregateMetrics, AggregateMetricsRequest, ModelServerRef
 from nemo_gym.metrics import aggregate_verify_responses
 from nemo_gym.verifiers.answers import assistant_text
-from nemo_gym.verifiers.worker_pool import WorkerPool
+from nemo_gym.verifiers.worker_pool import ServerPool, WorkerPool
 from resources_servers.math_with_judge.judge import JudgeError, judge_equivalence
-from resources_servers.math_with_judge.math_check import check_answer, warm_up
+from resources_servers.math_with_judge.math_check import HEAVY_MODULES, check_answer, warm_up
 
 JUDGE_FAILED = "judge_failed"
 
@@ -41,7 +39,7 @@ class MathWithJudgeResourcesServerConfig(BaseResourcesServerConfig):
     verify_timeout_s: float = Field(default=10.0, gt=0)
     """Hard deadline of one math-verify call; the worker is killed and replaced when it passes (reward 0)."""
     verifier_start_method: Literal["forkserver", "spawn"] = "forkserver"
-    verifier_nice: int = Field(default=0, ge=0, le=19)
+    verifier_nice: int = Field(default=5, ge=0, le=19)
     """Niceness of the workers: above 0, verification yields the CPU to the server's event loop when cores are busy."""
     should_use_judge: bool = False
     judge_model_server: ModelServerRef | None = None
@@ -50,6 +48,10 @@ class MathWithJudgeResourcesServerConfig(BaseResourcesServerConfig):
     """Create params for the judge call (model settings); its ``input`` is replaced by the judge prompt."""
     judge_check_both_orders: bool = True
     """Ask twice, gold first and answer first, and count a match only if both verdicts say equal (less order bias)."""
+    max_concurrent_verifies: int | None = Field(default=None, ge=1)
+    """/verify requests processed at once; the rest wait unparsed, so a burst cannot hold up other requests. Default:
+    4 per verifier process without a judge (enough to keep the workers busy); unlimited with one (judge calls wait
+    on the network, not on the CPU)."""
 
 
 class MathWithJudgeVerifyRequest(BaseVerifyRequest):
@@ -75,58 +77,43 @@ class MathWithJudgeVerifyResponse(BaseVerifyResponse):
 class MathWithJudgeResourcesServer(SimpleResourcesServer):
     config: MathWithJudgeResourcesServerConfig
 
-    _pool: WorkerPool | None = PrivateAttr(default=None)
+    _verifiers: ServerPool = PrivateAttr()
 
-    def model_post_init(self, context: Any) -> None:
-        if self.config.should_use_judge and self.config.judge_model_server is None:
+    def model_post_init(self, context: Any, /) -> None:
+        super().model_post_init(context)
+        config = self.config
+        if config.should_use_judge and config.judge_model_server is None:
             raise ValueError("should_use_judge needs judge_model_server: {type: responses_api_models, name: ...}")
+        self._verifiers = ServerPool(
+            lambda: WorkerPool(
+                check_answer,
+                processes=config.verifier_processes,
+                timeout_s=config.verify_timeout_s,
+                initializer=warm_up,
+                start_method=config.verifier_start_method,
+                nice=config.verifier_nice,
+                preload=HEAVY_MODULES,
+            )
+        )
 
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()
-        inner_lifespan = app.router.lifespan_context
-
-        @asynccontextmanager
-        async def lifespan(app: FastAPI) -> AsyncIterator[Any]:
-            await self.verifier_pool().start()  # warm before the first request, not during it
-            try:
-                async with inner_lifespan(app) as state:
-                    yield state
-            finally:
-                await self.close()
-
-        app.router.lifespan_context = lifespan
+        limit = self.config.max_concurrent_verifies
+        if limit is None and not self.config.should_use_judge:
+            limit = 4 * self.config.verifier_processes
+        self._verifiers.attach(app, admission_limit=limit)  # warm before the first request, not during it
         return app
-
-    def verifier_pool(self) -> WorkerPool:
-        """This event loop's worker pool, created on first use (tests build servers without running a lifespan)."""
-        if self._pool is None or (self._pool.started and not self._pool.belongs_to_running_loop()):
-            if self._pool is not None:
-                self._pool.close_now()
-            self._pool = WorkerPool(
-                check_answer,
-                processes=self.config.verifier_processes,
-                timeout_s=self.config.verify_timeout_s,
-                initializer=warm_up,
-                start_method=self.config.verifier_start_method,
-                nice=self.config.verifier_nice,
-            )
-        return self._pool
 
     async def close(self) -> None:
         """Stop the worker processes."""
-        if self._pool is not None:
-            pool, self._pool = self._pool, None
-            if pool.belongs_to_running_loop():
-                await pool.close()
-            else:
-                pool.close_now()
+        await self._verifiers.close()
 
     async def verify(self, body: MathWithJudgeVerifyRequest) -> MathWithJudgeVerifyResponse:
         expected = str(body.expected_answer)
         text = assistant_text(body.response)
         fields: dict[str, Any] = {}
         if text.strip():
-            result = await self.verifier_pool().run(expected, text)
+            result = await self._verifiers.run(expected, text)
             if result.ok:
                 fields |= {
                     "library_reward": result.value["score"],

@@ -10,7 +10,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
+HEAVY_MODULES = ("math_verify", "sympy")
+"""Imported by the pool's forkserver once, so workers start warm while the server process stays light."""
 
 _GOLD_WRAPPERS = (("\\(", "\\)"), ("\\[", "\\]"), ("$$", "$$"), ("$", "$"))
 
@@ -31,6 +32,8 @@ def check_answer(expected_answer: str, text: str) -> dict[str, Any]:
     math-verify returns ``[parsed value, extracted text]``; the extracted text (the model's own spelling) is what
     majority voting counts.
     """
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
+
     gold = parse(gold_as_boxed(expected_answer), [LatexExtractionConfig()], parsing_timeout=None)
     if not gold:  # plain text that does not read as LaTeX, e.g. "3 apples": try it as an expression
         gold = parse(expected_answer, [ExprExtractionConfig()], parsing_timeout=None)

@@ -11,8 +11,6 @@ text. Scoring runs in a warm worker pool with a deadline, like math_with_judge.
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI
@@ -27,8 +25,8 @@ from nemo_gym.base_resources_server import (
 from nemo_gym.config_types import AggregateMetrics, AggregateMetricsRequest
 from nemo_gym.metrics import aggregate_verify_responses, category_metrics
 from nemo_gym.verifiers.answers import assistant_text, last_boxed
-from nemo_gym.verifiers.worker_pool import WorkerPool
-from resources_servers.reasoning_gym.scoring import score_entry, warm_up
+from nemo_gym.verifiers.worker_pool import ServerPool, WorkerPool
+from resources_servers.reasoning_gym.scoring import HEAVY_MODULES, score_entry, warm_up
 
 _ANSWER_TAG = re.compile(r"<answer>\s?(.*?)\s?</answer>", re.DOTALL)
 
@@ -49,6 +47,8 @@ class ReasoningGymResourcesServerConfig(BaseResourcesServerConfig):
     """Warm scorer processes. Most scorers take microseconds, so one is usually enough."""
     score_timeout_s: float = Field(default=10.0, gt=0)
     """Deadline of one scorer call; past it the worker is replaced and the reward is 0 (``timed_out``)."""
+    max_concurrent_verifies: int = Field(default=16, ge=1)
+    """/verify requests processed at once; the rest wait unparsed, so a burst cannot hold up other requests."""
 
 
 class ReasoningGymVerifyRequest(BaseVerifyRequest):
@@ -81,44 +81,29 @@ class ReasoningGymVerifyResponse(BaseVerifyResponse):
 class ReasoningGymResourcesServer(SimpleResourcesServer):
     config: ReasoningGymResourcesServerConfig
 
-    _pool: WorkerPool | None = PrivateAttr(default=None)
+    _scorers: ServerPool = PrivateAttr()
+
+    def model_post_init(self, context: Any, /) -> None:
+        super().model_post_init(context)
+        config = self.config
+        self._scorers = ServerPool(
+            lambda: WorkerPool(
+                score_entry,
+                processes=config.scorer_processes,
+                timeout_s=config.score_timeout_s,
+                initializer=warm_up,
+                preload=HEAVY_MODULES,
+            )
+        )
 
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()
-        inner_lifespan = app.router.lifespan_context
-
-        @asynccontextmanager
-        async def lifespan(app: FastAPI) -> AsyncIterator[Any]:
-            await self.scorer_pool().start()
-            try:
-                async with inner_lifespan(app) as state:
-                    yield state
-            finally:
-                await self.close()
-
-        app.router.lifespan_context = lifespan
+        self._scorers.attach(app, admission_limit=self.config.max_concurrent_verifies)
         return app
 
-    def scorer_pool(self) -> WorkerPool:
-        """This event loop's scorer pool, created on first use."""
-        if self._pool is None or (self._pool.started and not self._pool.belongs_to_running_loop()):
-            if self._pool is not None:
-                self._pool.close_now()
-            self._pool = WorkerPool(
-                score_entry,
-                processes=self.config.scorer_processes,
-                timeout_s=self.config.score_timeout_s,
-                initializer=warm_up,
-            )
-        return self._pool
-
     async def close(self) -> None:
-        if self._pool is not None:
-            pool, self._pool = self._pool, None
-            if pool.belongs_to_running_loop():
-                await pool.close()
-            else:
-                pool.close_now()
+        """Stop the scorer processes."""
+        await self._scorers.close()
 
     async def verify(self, body: ReasoningGymVerifyRequest) -> ReasoningGymVerifyResponse:
         task_name = body.metadata["source_dataset"]
@@ -128,7 +113,7 @@ class ReasoningGymResourcesServer(SimpleResourcesServer):
             answer = extract_answer(text)
             fields["extracted_answer"] = answer
             entry = {"question": body.question, "answer": body.answer, "metadata": body.metadata}
-            result = await self.scorer_pool().run(task_name, answer, entry)
+            result = await self._scorers.run(task_name, answer, entry)
             if result.ok:
                 fields["score"] = result.value
             else:  # a scorer that raises on a malformed answer scores it 0, like a wrong one

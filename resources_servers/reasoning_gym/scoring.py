@@ -12,12 +12,15 @@ from collections.abc import Callable
 from functools import cache
 from typing import Any
 
-import reasoning_gym
+HEAVY_MODULES = ("reasoning_gym",)
+"""Imported by the pool's forkserver once, so workers start warm while the server process stays light."""
 
 
 @cache
 def scorer(task_name: str) -> Callable[..., float]:
     """The dataset's own ``score_answer``; built once per task and worker (building one can load word lists)."""
+    import reasoning_gym
+
     return reasoning_gym.get_score_answer_fn(task_name)
 
 
@@ -25,12 +28,6 @@ def score_entry(task_name: str, answer: str | None, entry: dict[str, Any]) -> fl
     """The dataset's score for ``answer`` (a float in [0, 1], partial credit allowed); NaN counts as 0."""
     score = float(scorer(task_name)(answer=answer, entry=entry))
     return 0.0 if math.isnan(score) else min(max(score, 0.0), 1.0)
-
-
-def is_known_task(task_name: str) -> bool:
-    from reasoning_gym.factory import DATASETS
-
-    return task_name in DATASETS
 
 
 def warm_up() -> None:

@@ -464,3 +464,61 @@ def test_chat_completion_training_message_round_trips_through_sdk() -> None:
     back = NeMoGymChatCompletion.model_validate(sdk.model_dump())
     assert type(back.choices[0].message) is NeMoGymChatCompletionMessageForTraining
     assert back.model_dump() == ours.model_dump()
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# get_field / has_token_id_information: run for every item of every (de)serialization, so they take fast paths
+
+
+def test_get_field_reads_dicts_fields_extras_and_properties_like_getattr() -> None:
+    from nemo_gym.openai_base import NeMoGymLenientModel, get_field
+
+    class Item(NeMoGymLenientModel):
+        type: str
+        note: str | None = None
+
+        @property
+        def shout(self) -> str:
+            return self.type.upper()
+
+    item = Item.model_validate({"type": "message", "vendor_extra": 7})
+    assert get_field({"type": "x"}, "type") == "x"
+    assert get_field({}, "type") is None
+    assert get_field(item, "type") == "message"
+    assert get_field(item, "note") is None
+    assert get_field(item, "vendor_extra") == 7  # an extra key, like getattr
+    assert get_field(item, "shout") == "MESSAGE"  # a property, like getattr
+    assert get_field(item, "missing") is None
+    assert get_field(object(), "missing") is None
+
+
+def test_token_fields_route_dicts_and_models_to_training_variants() -> None:
+    from nemo_gym.openai_base import has_token_id_information
+
+    assert not has_token_id_information({"type": "message"})
+    assert not has_token_id_information({"prompt_token_ids": None})
+    assert has_token_id_information({"generation_log_probs": []})
+    training = NeMoGymResponseOutputMessageForTraining.model_validate(
+        {
+            "id": "m",
+            "role": "assistant",
+            "status": "completed",
+            "type": "message",
+            "content": [{"type": "output_text", "text": "hi", "annotations": []}],
+            "prompt_token_ids": [1],
+            "generation_token_ids": [2],
+            "generation_log_probs": [-0.5],
+        }
+    )
+    assert has_token_id_information(training)
+    plain = NeMoGymResponseOutputMessage.model_validate(
+        training.model_dump(exclude={"prompt_token_ids", "generation_token_ids", "generation_log_probs"})
+    )
+    assert not has_token_id_information(plain)
+
+
+def test_unknown_null_keys_are_dropped_and_unknown_values_still_rejected() -> None:
+    message = {"role": "user", "content": "hi", "type": "message"}
+    assert NeMoGymEasyInputMessage.model_validate(message | {"status": None}).model_dump(exclude_unset=True) == message
+    with pytest.raises(ValidationError):
+        NeMoGymEasyInputMessage.model_validate(message | {"colour": "blue"})

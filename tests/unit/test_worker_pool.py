@@ -165,3 +165,17 @@ async def test_admission_limit_bounds_concurrent_verifies_only():
     assert state["most"] == 3
     with pytest.raises(ValueError):
         AdmissionLimit(app, limit=0)
+
+
+async def test_a_caller_cancelled_while_the_pool_starts_leaves_no_half_started_worker():
+    pool = pool_of(fns.square, processes=2)
+    try:
+        call = asyncio.ensure_future(pool.run(2))
+        await asyncio.sleep(0)  # the call is now starting the workers
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        results = await asyncio.wait_for(asyncio.gather(*(pool.run(i) for i in range(4))), timeout=60)
+        assert [r.value for r in results] == [0, 1, 4, 9] and len(pool.pids) == 2
+    finally:
+        await pool.close()

@@ -1,0 +1,302 @@
+"""How server processes run: one-write responses, the inherited socket, loop choice, pool sizes, the collector."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import importlib.util
+import socket
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+import uvicorn
+from fastapi import FastAPI
+from fastapi.responses import StreamingResponse
+from omegaconf import OmegaConf
+from pydantic import BaseModel
+
+from nemo_gym.config_types import BaseServerConfig, ConfigError
+from nemo_gym.server_utils import ServerClient
+from nemo_gym.servers import http_client, runtime
+from nemo_gym.servers.server_protocol import _CoalescingTransport
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class RecordingTransport:
+    """Just enough of an asyncio transport to see what reaches the socket, write by write."""
+
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+        self.closed = False
+        self.aborted = False
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(bytes(data))
+
+    def writelines(self, chunks: list[bytes]) -> None:
+        self.writes.append(b"".join(bytes(c) for c in chunks))
+
+    def is_closing(self) -> bool:
+        return self.closed or self.aborted
+
+    def close(self) -> None:
+        self.closed = True
+
+    def abort(self) -> None:
+        self.aborted = True
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return {"peername": ("127.0.0.1", 1)}.get(name, default)
+
+
+HEAD = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n"
+
+
+async def test_head_and_body_leave_in_one_write() -> None:
+    inner = RecordingTransport()
+    transport = _CoalescingTransport(inner, asyncio.get_running_loop())
+    transport.write(HEAD)
+    assert inner.writes == []
+    transport.write(b"{}")
+    assert inner.writes == [HEAD + b"{}"]
+    await asyncio.sleep(0)  # the scheduled flush finds nothing left
+    assert inner.writes == [HEAD + b"{}"]
+
+
+async def test_a_head_without_body_is_flushed_on_the_next_iteration() -> None:
+    inner = RecordingTransport()
+    transport = _CoalescingTransport(inner, asyncio.get_running_loop())
+    transport.write(HEAD)
+    await asyncio.sleep(0)
+    assert inner.writes == [HEAD]
+
+
+async def test_a_large_body_is_not_copied_into_the_head() -> None:
+    inner = RecordingTransport()
+    transport = _CoalescingTransport(inner, asyncio.get_running_loop())
+    body = b"x" * (1 << 20)
+    transport.write(HEAD)
+    transport.write(body)
+    assert inner.writes == [HEAD + body]  # one writelines call
+
+
+async def test_other_writes_pass_straight_through() -> None:
+    inner = RecordingTransport()
+    transport = _CoalescingTransport(inner, asyncio.get_running_loop())
+    transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")  # looks like a head: held one iteration at most
+    await asyncio.sleep(0)
+    transport.write(b"chunk")
+    assert inner.writes == [b"HTTP/1.1 100 Continue\r\n\r\n", b"chunk"]
+
+
+async def test_close_flushes_and_abort_drops_a_pending_head() -> None:
+    loop = asyncio.get_running_loop()
+    closing = RecordingTransport()
+    transport = _CoalescingTransport(closing, loop)
+    transport.write(HEAD)
+    transport.close()
+    assert closing.writes == [HEAD] and closing.closed
+
+    aborting = RecordingTransport()
+    transport = _CoalescingTransport(aborting, loop)
+    transport.write(HEAD)
+    transport.abort()
+    await asyncio.sleep(0)
+    assert aborting.writes == [] and aborting.aborted
+
+
+async def test_everything_else_is_the_real_transport() -> None:
+    inner = RecordingTransport()
+    transport = _CoalescingTransport(inner, asyncio.get_running_loop())
+    assert transport.get_extra_info("peername") == ("127.0.0.1", 1)
+    transport.write(HEAD)
+    assert transport.get_write_buffer_size() == len(HEAD)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# A real server on an inherited socket
+
+
+class Weather(BaseModel):
+    city: str
+
+
+def weather_app() -> FastAPI:
+    app = FastAPI()
+
+    @app.post("/get_weather")
+    async def get_weather(body: Weather) -> dict[str, str]:
+        return {"city": body.city, "weather_description": "cold"}
+
+    @app.get("/stream")
+    async def stream() -> StreamingResponse:
+        async def chunks() -> AsyncIterator[bytes]:
+            yield b"first,"
+            await asyncio.sleep(0.05)  # the head must not wait for this
+            yield b"second"
+
+        return StreamingResponse(chunks(), media_type="text/plain")
+
+    return app
+
+
+@contextlib.asynccontextmanager
+async def serving(app: FastAPI, loop_name: str = "auto") -> AsyncIterator[tuple[str, uvicorn.Server]]:
+    """Serve ``app`` the way ``run_webserver`` does: on a listening socket handed over as a bare descriptor."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    fd = listener.detach()  # what the child of a launcher gets: a number, no socket object
+    sock = runtime.inherited_socket(fd)
+    config = runtime.uvicorn_config(app, "127.0.0.1", 0, {"server_event_loop": loop_name})
+    config.log_level = "warning"
+    config.lifespan = "off"
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started:
+        await asyncio.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}", server
+    finally:
+        server.should_exit = True
+        await task
+        sock.close()
+
+
+async def test_the_inherited_socket_is_tcp_and_accepted_connections_are_nodelay() -> None:
+    async with serving(weather_app()) as (url, server), aiohttp.ClientSession() as session:
+        async with session.post(f"{url}/get_weather", json={"city": "Paris"}) as resp:
+            assert resp.status == 200
+            assert await resp.json() == {"city": "Paris", "weather_description": "cold"}
+            for connection in server.server_state.connections:
+                sock = connection.transport.get_extra_info("socket")
+                assert sock.family == socket.AF_INET
+                assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+
+
+async def test_validation_and_streaming_work_through_the_coalescing_protocol() -> None:
+    async with serving(weather_app()) as (url, _), aiohttp.ClientSession() as session:
+        async with session.post(f"{url}/get_weather", json={"town": "Paris"}) as resp:
+            assert resp.status == 422
+            assert (await resp.json())["detail"][0]["loc"] == ["body", "city"]
+        async with session.get(f"{url}/stream") as resp:
+            assert resp.status == 200
+            first = await resp.content.readexactly(len(b"first,"))  # arrives before the second chunk exists
+            assert first == b"first,"
+            assert await resp.read() == b"second"
+
+
+@pytest.mark.parametrize("loop_name", ["asyncio", "uvloop"])
+def test_the_configured_event_loop_serves(loop_name: str) -> None:
+    if loop_name == "uvloop" and importlib.util.find_spec("uvloop") is None:
+        pytest.skip("uvloop is not installed")
+    config = runtime.uvicorn_config(weather_app(), "127.0.0.1", 0, {"server_event_loop": loop_name})
+    loop_factory = config.get_loop_factory()
+
+    async def one_request() -> int:
+        async with serving(weather_app(), loop_name) as (url, _), aiohttp.ClientSession() as session:
+            async with session.post(f"{url}/get_weather", json={"city": "Oslo"}) as resp:
+                return resp.status
+
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        assert runner.run(one_request()) == 200
+        assert type(runner.get_loop()).__module__.split(".")[0] == loop_name
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Settings
+
+
+def test_event_loop_choice() -> None:
+    installed = "uvloop" if importlib.util.find_spec("uvloop") is not None else "asyncio"
+    assert runtime.event_loop_choice({}) == installed
+    assert runtime.event_loop_choice({"server_event_loop": "auto"}) == installed
+    assert runtime.event_loop_choice({"server_event_loop": "asyncio"}) == "asyncio"
+    with pytest.raises(ConfigError, match="server_event_loop must be"):
+        runtime.event_loop_choice({"server_event_loop": "trio"})
+
+
+@pytest.mark.skipif(importlib.util.find_spec("uvloop") is None, reason="uvloop is not installed")
+def test_uvloop_detaches_the_socket_of_a_cancelled_connect() -> None:
+    """The uvloop bug behind the reference implementation's doubts: a cancelled ``create_connection(sock=)`` left the
+    socket object owning a descriptor libuv had closed, so its finalizer later closed an unrelated connection."""
+    import uvloop
+
+    async def cancelled_connects() -> list[int]:
+        server = await asyncio.start_server(lambda reader, writer: None, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        loop = asyncio.get_running_loop()
+        filenos = []
+        for _ in range(20):
+            sock = socket.socket()
+            sock.setblocking(False)
+            await loop.sock_connect(sock, ("127.0.0.1", port))
+            connecting = asyncio.ensure_future(loop.create_connection(asyncio.Protocol, sock=sock))
+            await asyncio.sleep(0)
+            connecting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await connecting
+            filenos.append(sock.fileno())
+        server.close()
+        return filenos
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        assert set(runner.run(cancelled_connects())) == {-1}
+
+
+@pytest.fixture
+def restore_transport_defaults() -> Any:
+    previous = http_client.get_default_config()
+    yield
+    http_client.set_default_config(previous)
+
+
+def test_pool_sizes_come_from_the_config(restore_transport_defaults: Any) -> None:
+    runtime.configure_transport(
+        {"global_aiohttp_connector_limit": 2000, "global_aiohttp_connector_limit_per_host": 500}
+    )
+    config = http_client.get_default_config()
+    assert (config.limit, config.limit_per_host) == (2000, 500)
+    with pytest.raises(ConfigError, match="limit_per_host"):
+        runtime.configure_transport({"global_aiohttp_connector_limit_per_host": 0})
+
+
+def test_no_pool_keys_leave_the_defaults(restore_transport_defaults: Any) -> None:
+    before = http_client.get_default_config()
+    runtime.configure_transport({})
+    assert http_client.get_default_config() == before
+
+
+def test_garbage_collector_tuning_freezes_startup_objects() -> None:
+    thresholds = gc.get_threshold()
+    try:
+        runtime.tune_garbage_collector(12345)
+        assert gc.get_freeze_count() > 0
+        assert gc.get_threshold()[0] == 12345
+        cycle: list[Any] = []
+        cycle.append(cycle)
+        del cycle
+        assert gc.collect() >= 1  # cycles created after startup are still collected
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*thresholds)
+
+
+def test_server_urls_are_cached_per_config_object() -> None:
+    def config(port: int) -> Any:
+        return OmegaConf.create({"m": {"responses_api_models": {"x": {"host": "127.0.0.1", "port": port}}}})
+
+    client = ServerClient(head_server_config=BaseServerConfig(host="127.0.0.1", port=1), global_config_dict=config(5))
+    assert client.server_base_url("m") == "http://127.0.0.1:5"
+    assert client.server_base_url("m") == "http://127.0.0.1:5"
+    client.global_config_dict = config(6)  # a new config is looked up afresh
+    assert client.server_base_url("m") == "http://127.0.0.1:6"
+    with pytest.raises(ConfigError, match="no server named 'n'"):
+        client.server_base_url("n")
