@@ -52,7 +52,7 @@ def test(invocation: Invocation) -> int:
                                       dummy_model=True)  # fmt: skip
     shared = bool(invocation.get("shared_venv") or config.get("shared_venv"))
     validate_data = only is None or bool(config.get("should_validate_data"))
-    console = Console(highlight=False)
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
     results = []
     for server_dir in find_server_dirs(only):
         label = f"{server_dir.parent.name}/{server_dir.name}"
