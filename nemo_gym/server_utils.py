@@ -8,12 +8,10 @@ server kinds; ``run_webserver()`` is what an implementation's ``app.py`` calls u
 from __future__ import annotations
 
 import difflib
-import importlib.util
 import json
 import logging
 import os
 import secrets
-import socket
 import sys
 import urllib.error
 import urllib.request
@@ -43,7 +41,7 @@ from nemo_gym.global_config import (
     get_global_config_dict,
     maybe_get_global_config_dict,
 )
-from nemo_gym.servers import http_client
+from nemo_gym.servers import http_client, runtime
 from nemo_gym.servers.http_client import ServerTimeoutError, TransportError, raise_for_status, response_json
 
 logger = logging.getLogger(__name__)
@@ -309,66 +307,16 @@ class SimpleServer(BaseServer):
         if global_config.get("dry_run"):
             return
         raise_open_file_limit()
-        configure_transport(global_config)
+        runtime.configure_transport(global_config)
+        runtime.tune_garbage_collector()
+        uvicorn_server = uvicorn.Server(runtime.uvicorn_config(app, config.host, config.port or 0, global_config))
         fd = os.environ.get(LISTEN_FD_ENV_VAR)
-        uvicorn_config = uvicorn.Config(
-            app,
-            loop=event_loop_choice(global_config),
-            http="httptools" if importlib.util.find_spec("httptools") else "h11",
-            host=config.host,
-            port=config.port or 0,
-            log_level="debug" if global_config.get("verbose") else "info",
-            access_log=bool(global_config.get("uvicorn_access_log", False)),
-            timeout_keep_alive=30,
-            backlog=4096,
-            lifespan="on",
-        )
-        server_process = uvicorn.Server(uvicorn_config)
         if not fd:
-            server_process.run()
+            uvicorn_server.run()
             return
-        # Not uvicorn's `fd=`: it wraps the descriptor as AF_UNIX, so the loop treats accepted TCP connections as
-        # Unix ones and never sets TCP_NODELAY; every response written in two parts then waits ~40 ms on a delayed
-        # ACK. `socket(fileno=)` asks the kernel for the real family.
-        sock = socket.socket(fileno=int(fd))
+        sock = runtime.inherited_socket(int(fd))
         logger.info("%s listening on http://%s:%s", name, *sock.getsockname()[:2])
-        server_process.run(sockets=[sock])
-
-
-EVENT_LOOP_KEY = "server_event_loop"
-"""Global config key: ``uvloop`` (default where installed) or ``asyncio``, the event loop of every server process."""
-CONNECTOR_LIMIT_KEY = "global_aiohttp_connector_limit"
-CONNECTOR_LIMIT_PER_HOST_KEY = "global_aiohttp_connector_limit_per_host"
-
-
-def event_loop_choice(global_config: DictConfig | dict[str, Any]) -> str:
-    """The event loop a server runs on.
-
-    uvloop roughly halves the time each request spends in the loop and in socket calls. ``server_event_loop: asyncio``
-    switches back to the standard loop, e.g. to rule out a uvloop bug such as descriptors left registered after a
-    cancelled connect.
-    """
-    wanted = str(global_config.get(EVENT_LOOP_KEY) or "auto").lower()
-    if wanted not in ("auto", "uvloop", "asyncio"):
-        raise ConfigError(f"{EVENT_LOOP_KEY} must be auto, uvloop or asyncio, not {wanted!r}")
-    if wanted == "auto":
-        return "uvloop" if importlib.util.find_spec("uvloop") else "asyncio"
-    return wanted
-
-
-def configure_transport(global_config: DictConfig | dict[str, Any]) -> None:
-    """Apply the config's connection-pool sizes (the reference implementation's key names) to this process."""
-    updates = {}
-    for key, field in ((CONNECTOR_LIMIT_KEY, "limit"), (CONNECTOR_LIMIT_PER_HOST_KEY, "limit_per_host")):
-        value = global_config.get(key)
-        if value is not None:
-            updates[field] = value
-    if updates:
-        current = http_client.get_default_config()
-        try:
-            http_client.set_default_config(http_client.TransportConfig.model_validate(current.model_dump() | updates))
-        except ValidationError as e:
-            raise ConfigError(f"invalid connection-pool size in the config: {e}") from e
+        uvicorn_server.run(sockets=[sock])
 
 
 def raise_open_file_limit(target: int = 65535) -> None:

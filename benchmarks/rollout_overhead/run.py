@@ -18,38 +18,40 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import importlib.metadata
 import importlib.util
 import json
 import os
-import platform
-import resource
-import shutil
-import signal
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import orjson
-import psutil
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
+
+from stack_probe import (  # noqa: E402
+    MemorySampler,
+    Stack,
+    machine_busy_s,
+    machine_info,
+    profiling,
+    raise_open_file_limit,
+    rss_growth,
+)
 
 from nemo_gym.launcher import running_servers  # noqa: E402
 
 ENVIRONMENT = "example_single_tool_call"
 AGENT = f"{ENVIRONMENT}_simple_agent"
 NO_PROGRESS_ABORT_S = 60.0
-RSS_SAMPLE_EVERY_S = 0.2
-LIBRARIES = ("fastapi", "starlette", "uvicorn", "uvloop", "httptools", "pydantic", "pydantic-core", "aiohttp", "orjson")
 
 
 @dataclass
@@ -76,88 +78,13 @@ class PointResult:
     latency_ms: dict[str, float] = field(default_factory=dict)
     failures: dict[str, int] = field(default_factory=dict)
     aborted: str = ""
+    rss_growth_mb: float = 0.0
+    """RSS at 90% of the point minus RSS at 50%: about 0 means memory is flat under a steady load."""
     rss_timeline_mb: list[tuple[float, float]] = field(default_factory=list)
 
     @property
     def failed(self) -> int:
         return sum(self.failures.values())
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# Processes: CPU and memory of the whole stack
-
-
-class Stack:
-    """The driver (this process) and every server process, by a readable name."""
-
-    def __init__(self, server_pids: dict[str, int]) -> None:
-        self.processes: dict[str, psutil.Process] = {"driver": psutil.Process(os.getpid())}
-        for name, pid in server_pids.items():
-            root = psutil.Process(pid)
-            self.processes[name] = root
-            # Servers that fork workers (uvicorn num_workers) count with their children.
-            for i, child in enumerate(root.children(recursive=True)):
-                self.processes[f"{name}/child{i}"] = child
-
-    def cpu_seconds(self) -> dict[str, tuple[float, float]]:
-        """(user, system) CPU seconds per process."""
-        out = {}
-        for name, proc in self.processes.items():
-            with contextlib.suppress(psutil.Error):
-                times = proc.cpu_times()
-                out[name] = (times.user, times.system)
-        return out
-
-    def rss_bytes(self) -> dict[str, int]:
-        out = {}
-        for name, proc in self.processes.items():
-            with contextlib.suppress(psutil.Error):
-                out[name] = proc.memory_info().rss
-        return out
-
-    def fds(self) -> int:
-        total = 0
-        for proc in self.processes.values():
-            with contextlib.suppress(psutil.Error):
-                total += proc.num_fds()
-        return total
-
-
-class MemorySampler:
-    """Samples the stack's total RSS every 0.2 s on its own thread, so a busy event loop cannot skip samples."""
-
-    def __init__(self, stack: Stack) -> None:
-        self.stack = stack
-        self.samples: list[tuple[float, float]] = []
-        self.peak_total = 0
-        self.peak_by_process: dict[str, int] = {}
-        self.fds_peak = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="rss-sampler", daemon=True)
-        self._t0 = time.monotonic()
-
-    def __enter__(self) -> MemorySampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-
-    def _loop(self) -> None:
-        tick = 0
-        while True:
-            by_process = self.stack.rss_bytes()
-            total = sum(by_process.values())
-            self.samples.append((round(time.monotonic() - self._t0, 2), total / 2**20))
-            self.peak_total = max(self.peak_total, total)
-            for name, rss in by_process.items():
-                self.peak_by_process[name] = max(self.peak_by_process.get(name, 0), rss)
-            if tick % 5 == 0:
-                self.fds_peak = max(self.fds_peak, self.stack.fds())
-            tick += 1
-            if self._stop.wait(RSS_SAMPLE_EVERY_S):
-                return
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -178,7 +105,8 @@ async def drive(
     state = {"next": 0, "done": 0, "ok": 0, "stop_issuing": False}
     headers = {"Content-Type": "application/json"}
     timeout = aiohttp.ClientTimeout(total=timeout_s)  # connecting counts too: a swamped server may accept late
-    connector = aiohttp.TCPConnector(limit=concurrency, limit_per_host=concurrency, keepalive_timeout=30)
+    # Idle connections are dropped before the servers' 30 s keep-alive would close them under a request.
+    connector = aiohttp.TCPConnector(limit=concurrency, limit_per_host=concurrency, keepalive_timeout=15)
     session = aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar(), trust_env=False)
     clock = time.perf_counter
 
@@ -231,42 +159,6 @@ async def drive(
     return latencies, failures, state["ok"], abort, wall
 
 
-@contextlib.contextmanager
-def profiling(stack: Stack, directory: Path | None, label: str) -> Any:
-    """Run ``py-spy record`` on every process of the stack while the block runs (nothing without a directory)."""
-    if directory is None:
-        yield
-        return
-    directory.mkdir(parents=True, exist_ok=True)
-    spies = []
-    py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-    for name, proc in stack.processes.items():
-        out = directory / f"{label}-{name.replace('/', '_')}.txt"
-        argv = [py_spy, "record", "--format", "raw", "--rate", "200", "-p", str(proc.pid), "-o", str(out)]
-        try:
-            spies.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        except OSError as e:
-            print(f"py-spy not started ({e}); install it with pip", file=sys.stderr)
-            break
-    try:
-        yield
-    finally:
-        for spy in spies:
-            spy.send_signal(signal.SIGINT)
-        for spy in spies:
-            try:
-                spy.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                spy.kill()
-
-
-def machine_busy_s() -> float:
-    """CPU seconds all processes spent in user and kernel mode (interrupt time left out: loopback packets count
-    there, and the stack's processes are not charged for it either)."""
-    times = psutil.cpu_times()
-    return times.user + times.nice + times.system
-
-
 def percentile(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
@@ -284,6 +176,7 @@ async def run_point(
         result.rss_start_mb = sampler.samples[-1][1] if sampler.samples else 0.0
         cpu_before = stack.cpu_seconds()
         machine_before = machine_busy_s()
+        drive_started = time.monotonic() - sampler.t0
         latencies, failures, ok, abort, wall = await drive(
             url, rows, concurrency, total, args.request_timeout, args.max_point_seconds
         )
@@ -295,24 +188,21 @@ async def run_point(
     result.wall_s = round(wall, 3)
     result.rollouts_per_s = round(ok / wall, 1) if wall > 0 else 0.0
     zero = (0.0, 0.0)
-    cpu = {
-        name: round(sum(cpu_after[name]) - sum(cpu_before.get(name, zero)), 3) for name in cpu_after
-    }
+    cpu = {name: round(sum(cpu_after[name]) - sum(cpu_before.get(name, zero)), 3) for name in cpu_after}
     result.cpu_s_by_process = cpu
-    result.cpu_system_s = round(
-        sum(after[1] - cpu_before.get(name, zero)[1] for name, after in cpu_after.items()), 3
-    )
+    result.cpu_system_s = round(sum(after[1] - cpu_before.get(name, zero)[1] for name, after in cpu_after.items()), 3)
     result.cpu_ms_per_rollout = round(1000 * sum(cpu.values()) / max(ok, 1), 3)
     result.background_cpu_s = round(max(0.0, machine_after - machine_before - sum(cpu.values())), 2)
     result.rss_peak_mb = round(sampler.peak_total / 2**20, 1)
     result.rss_end_mb = round(sampler.samples[-1][1], 1) if sampler.samples else 0.0
     result.rss_peak_by_process_mb = {k: round(v / 2**20, 1) for k, v in sampler.peak_by_process.items()}
     result.fds_peak = sampler.fds_peak
+    result.rss_growth_mb = rss_growth(sampler.samples, drive_started, wall)
     step = max(1, len(sampler.samples) // 200)
     result.rss_timeline_mb = [(t, round(mb, 1)) for t, mb in sampler.samples[::step]]
-    result.latency_ms = {
-        f"p{q:g}": round(1000 * percentile(latencies, q), 2) for q in (50, 90, 99, 99.9)
-    } | {"max": round(1000 * max(latencies, default=float("nan")), 2)}
+    result.latency_ms = {f"p{q:g}": round(1000 * percentile(latencies, q), 2) for q in (50, 90, 99, 99.9)} | {
+        "max": round(1000 * max(latencies, default=float("nan")), 2)
+    }
     result.failures = dict(failures)
     result.aborted = abort
     return result
@@ -322,56 +212,10 @@ async def run_point(
 # Environment facts and reporting
 
 
-def raise_open_file_limit() -> dict[str, int]:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    wanted = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
-    if soft < wanted:
-        with contextlib.suppress(ValueError, OSError):
-            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    return {"soft": soft, "hard": hard}
-
-
-def machine_info(fd_limits: dict[str, int]) -> dict[str, Any]:
-    cpu_model = ""
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu_model = line.split(":", 1)[1].strip()
-                break
-    versions = {}
-    for name in LIBRARIES:
-        try:
-            versions[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            versions[name] = None
-    return {
-        "hostname": platform.node(),
-        "platform": platform.platform(),
-        "cpu_model": cpu_model,
-        "cpus": os.cpu_count(),
-        "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
-        "python": platform.python_version(),
-        "libraries": versions,
-        "open_files": fd_limits,
-        "git": git_info(),
-    }
-
-
-def git_info() -> dict[str, Any]:
-    def git(*argv: str) -> str:
-        try:
-            return subprocess.run(["git", *argv], cwd=REPO, capture_output=True, text=True, timeout=10).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            return ""
-
-    return {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
-
-
 def print_table(results: list[PointResult]) -> None:
     header = (
         f"{'conc':>6} {'ok':>7} {'fail':>5} {'wall s':>7} {'rollouts/s':>10} {'CPU ms/r':>9} "
-        f"{'RSS peak MB':>11} {'p50 ms':>9} {'p99 ms':>9}  notes"
+        f"{'RSS peak MB':>11} {'RSS growth':>10} {'p50 ms':>9} {'p99 ms':>9}  notes"
     )
     print(header)
     print("-" * len(header))
@@ -384,13 +228,16 @@ def print_table(results: list[PointResult]) -> None:
             notes = f"{notes}; {busy}" if notes else busy
         print(
             f"{r.concurrency:>6} {r.ok:>7} {r.failed:>5} {r.wall_s:>7.1f} {r.rollouts_per_s:>10.1f} "
-            f"{r.cpu_ms_per_rollout:>9.2f} {r.rss_peak_mb:>11.0f} {r.latency_ms['p50']:>9.1f} "
+            f"{r.cpu_ms_per_rollout:>9.2f} {r.rss_peak_mb:>11.0f} {r.rss_growth_mb:>10.1f} "
+            f"{r.latency_ms['p50']:>9.1f} "
             f"{r.latency_ms['p99']:>9.1f}  {notes}"
         )
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter
+    )
     parser.add_argument("--concurrency", default="16,256,1024,4096", help="comma-separated rollouts in flight")
     parser.add_argument(
         "--rollouts-per-point",
@@ -409,6 +256,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="KEY=VALUE",
         help="extra config override for the stack, e.g. +server_event_loop=asyncio (repeatable)",
     )
+    parser.add_argument(
+        "--server-env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="environment variable for the server processes only (repeatable)",
+    )
     parser.add_argument("--json", type=Path, help="write every measurement here")
     parser.add_argument("--keep-logs", type=Path, help="keep the servers' logs in this directory")
     parser.add_argument(
@@ -424,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     levels = [int(c) for c in args.concurrency.split(",") if c.strip()]
     fd_limits = raise_open_file_limit()
-    info = machine_info(fd_limits)
+    info = machine_info(fd_limits, REPO)
     rows = load_rows()
     print(
         f"{info['cpus']} CPUs ({info['cpu_model']}), Python {info['python']}, open files {fd_limits['soft']}, "
@@ -447,13 +301,17 @@ def main(argv: list[str] | None = None) -> int:
             *args.override,
         ]
         started = time.monotonic()
+        driver_loop_factory = loop_factory(args.loop)  # imported before --server-env can hide anything from us
+        for item in args.server_env:
+            key, _, value = item.partition("=")
+            os.environ[key] = value  # the launcher hands its environment to every server
         run = stack_cm.enter_context(running_servers(overrides, echo=False, startup_timeout_s=120))
         startup_s = time.monotonic() - started
         stack = Stack({s.name: s.popen.pid for s in run.servers if s.popen is not None})
         url = f"{run.urls[AGENT]}/run"
         pids = ", ".join(f"{s.name} (pid {s.popen.pid})" for s in run.servers if s.popen is not None)
         print(f"stack ready in {startup_s:.1f} s: {pids}", flush=True)
-        results = run_sweep(stack, url, rows, levels, args)
+        results = run_sweep(stack, url, rows, levels, args, driver_loop_factory)
 
     print()
     print_table(results)
@@ -467,6 +325,7 @@ def main(argv: list[str] | None = None) -> int:
             "startup_s": round(startup_s, 2),
             "driver_loop": args.loop,
             "overrides": args.override,
+            "server_env": args.server_env,
             "points": [asdict(r) for r in results],
         }
         args.json.write_text(json.dumps(payload, indent=1))
@@ -474,8 +333,18 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if any(r.failed or r.aborted.startswith("no rollout") for r in results) else 0
 
 
-def run_sweep(stack: Stack, url: str, rows: list[bytes], levels: list[int], args: argparse.Namespace) -> list[PointResult]:
+def run_sweep(
+    stack: Stack,
+    url: str,
+    rows: list[bytes],
+    levels: list[int],
+    args: argparse.Namespace,
+    driver_loop_factory: Callable[[], asyncio.AbstractEventLoop] | None,
+) -> list[PointResult]:
     async def sweep() -> list[PointResult]:
+        # The launcher's objects live as long as the run: keep the collector from walking them over and over.
+        gc.collect()
+        gc.freeze()
         if args.warmup:
             warm = await drive(url, rows, 32, args.warmup, args.request_timeout, args.max_point_seconds)
             print(f"warm-up: {warm[2]}/{args.warmup} ok in {warm[4]:.1f} s", flush=True)
@@ -494,13 +363,17 @@ def run_sweep(stack: Stack, url: str, rows: list[bytes], levels: list[int], args
             results.append(result)
         return results
 
-    use_uvloop = args.loop == "uvloop" or (args.loop == "auto" and importlib.util.find_spec("uvloop") is not None)
-    if use_uvloop:
-        import uvloop
+    with asyncio.Runner(loop_factory=driver_loop_factory) as runner:
+        return runner.run(sweep())
 
-        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-            return runner.run(sweep())
-    return asyncio.run(sweep())
+
+def loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """The driver's event loop: uvloop where installed (``auto``), as a real rollout collector would use."""
+    if choice == "asyncio" or (choice == "auto" and importlib.util.find_spec("uvloop") is None):
+        return None
+    import uvloop
+
+    return uvloop.new_event_loop
 
 
 if __name__ == "__main__":

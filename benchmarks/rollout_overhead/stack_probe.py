@@ -1,0 +1,200 @@
+"""Measuring the stack under test: CPU and memory of every process, py-spy profiles, facts about the machine.
+
+Used by ``run.py``; kept apart so the driver's logic reads on its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import os
+import platform
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+RSS_SAMPLE_EVERY_S = 0.2
+LIBRARIES = ("fastapi", "starlette", "uvicorn", "uvloop", "httptools", "pydantic", "pydantic-core", "aiohttp", "orjson")
+
+# --------------------------------------------------------------------------------------------------------------------
+# Processes: CPU and memory of the whole stack
+
+
+class Stack:
+    """The driver (this process) and every server process, by a readable name."""
+
+    def __init__(self, server_pids: dict[str, int]) -> None:
+        self.processes: dict[str, psutil.Process] = {"driver": psutil.Process(os.getpid())}
+        for name, pid in server_pids.items():
+            root = psutil.Process(pid)
+            self.processes[name] = root
+            # Servers that fork workers (uvicorn num_workers) count with their children.
+            for i, child in enumerate(root.children(recursive=True)):
+                self.processes[f"{name}/child{i}"] = child
+
+    def cpu_seconds(self) -> dict[str, tuple[float, float]]:
+        """(user, system) CPU seconds per process."""
+        out = {}
+        for name, proc in self.processes.items():
+            with contextlib.suppress(psutil.Error):
+                times = proc.cpu_times()
+                out[name] = (times.user, times.system)
+        return out
+
+    def rss_bytes(self) -> dict[str, int]:
+        out = {}
+        for name, proc in self.processes.items():
+            with contextlib.suppress(psutil.Error):
+                out[name] = proc.memory_info().rss
+        return out
+
+    def fds(self) -> int:
+        total = 0
+        for proc in self.processes.values():
+            with contextlib.suppress(psutil.Error):
+                total += proc.num_fds()
+        return total
+
+
+class MemorySampler:
+    """Samples the stack's total RSS every 0.2 s on its own thread, so a busy event loop cannot skip samples."""
+
+    def __init__(self, stack: Stack) -> None:
+        self.stack = stack
+        self.samples: list[tuple[float, float]] = []
+        self.peak_total = 0
+        self.peak_by_process: dict[str, int] = {}
+        self.fds_peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="rss-sampler", daemon=True)
+        self.t0 = time.monotonic()
+
+    def __enter__(self) -> MemorySampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _loop(self) -> None:
+        tick = 0
+        while True:
+            by_process = self.stack.rss_bytes()
+            total = sum(by_process.values())
+            self.samples.append((round(time.monotonic() - self.t0, 2), total / 2**20))
+            self.peak_total = max(self.peak_total, total)
+            for name, rss in by_process.items():
+                self.peak_by_process[name] = max(self.peak_by_process.get(name, 0), rss)
+            if tick % 5 == 0:
+                self.fds_peak = max(self.fds_peak, self.stack.fds())
+            tick += 1
+            if self._stop.wait(RSS_SAMPLE_EVERY_S):
+                return
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Profiles and machine-wide numbers
+
+
+@contextlib.contextmanager
+def profiling(stack: Stack, directory: Path | None, label: str) -> Any:
+    """Run ``py-spy record`` on every process of the stack while the block runs (nothing without a directory)."""
+    if directory is None:
+        yield
+        return
+    directory.mkdir(parents=True, exist_ok=True)
+    spies = []
+    py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    for name, proc in stack.processes.items():
+        out = directory / f"{label}-{name.replace('/', '_')}.txt"
+        argv = [py_spy, "record", "--format", "raw", "--rate", "200", "-p", str(proc.pid), "-o", str(out)]
+        try:
+            spies.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        except OSError as e:
+            print(f"py-spy not started ({e}); install it with pip", file=sys.stderr)
+            break
+    try:
+        yield
+    finally:
+        for spy in spies:
+            spy.send_signal(signal.SIGINT)
+        for spy in spies:
+            try:
+                spy.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                spy.kill()
+
+
+def rss_growth(samples: list[tuple[float, float]], start: float, wall: float) -> float:
+    """MB the stack's RSS grew from the middle of a point to near its end (mean of the samples in 10% windows around
+    50% and 90% of the wall time). Once every rollout slot has been used, a flat stack stays within a few MB."""
+
+    def around(fraction: float) -> float | None:
+        low, high = start + (fraction - 0.05) * wall, start + (fraction + 0.05) * wall
+        window = [mb for t, mb in samples if low <= t <= high]
+        return sum(window) / len(window) if window else None
+
+    middle, late = around(0.5), around(0.9)
+    return round(late - middle, 1) if middle is not None and late is not None else 0.0
+
+
+def machine_busy_s() -> float:
+    """CPU seconds all processes spent in user and kernel mode (interrupt time left out: loopback packets count
+    there, and the stack's processes are not charged for it either)."""
+    times = psutil.cpu_times()
+    return times.user + times.nice + times.system
+
+
+def raise_open_file_limit() -> dict[str, int]:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+    if soft < wanted:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return {"soft": soft, "hard": hard}
+
+
+def machine_info(fd_limits: dict[str, int], repo: Path) -> dict[str, Any]:
+    cpu_model = ""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu_model = line.split(":", 1)[1].strip()
+                break
+    versions = {}
+    for name in LIBRARIES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return {
+        "hostname": platform.node(),
+        "platform": platform.platform(),
+        "cpu_model": cpu_model,
+        "cpus": os.cpu_count(),
+        "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
+        "python": platform.python_version(),
+        "libraries": versions,
+        "open_files": fd_limits,
+        "git": git_info(repo),
+    }
+
+
+def git_info(repo: Path) -> dict[str, Any]:
+    def git(*argv: str) -> str:
+        try:
+            return subprocess.run(["git", *argv], cwd=repo, capture_output=True, text=True, timeout=10).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+
+    return {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
