@@ -13,7 +13,6 @@ Guarantees:
 
 from __future__ import annotations
 
-import asyncio
 import os
 import time
 from collections import Counter
@@ -34,6 +33,7 @@ from nemo_gym.rollouts.materialize import (
     Materialized,
     rollout_key,
 )
+from nemo_gym.rollouts.pool import run_bounded
 from nemo_gym.servers import http_client
 from nemo_gym.servers.http_client import ServerTimeoutError, TransportConfig, TransportError
 
@@ -162,14 +162,7 @@ class RolloutCollector:
         self._output = JsonlWriter(self.options.output_path)
         self._failures = JsonlWriter(self.summary.failures_path)
         try:
-            workers = [asyncio.create_task(self._worker(pending)) for _ in range(max(1, self.options.concurrency))]
-            try:
-                await asyncio.gather(*workers)
-            except BaseException:
-                for worker in workers:
-                    worker.cancel()
-                await asyncio.gather(*workers, return_exceptions=True)
-                raise
+            await run_bounded(self._run_one, pending, self.options.concurrency)
         finally:
             self._output.close()
             self._failures.close()
@@ -177,10 +170,6 @@ class RolloutCollector:
             self.summary.elapsed_s = time.monotonic() - started
             compact_failures(self.options.output_path)
         return self.summary
-
-    async def _worker(self, pending: Iterator[dict[str, Any]]) -> None:
-        for row in pending:  # a plain iterator shared by all workers: each row is taken exactly once
-            await self._run_one(row)
 
     async def _run_one(self, row: dict[str, Any]) -> None:
         agent = row[AGENT_REF_KEY]["name"]

@@ -40,6 +40,7 @@ from nemo_gym.rollouts.aggregate import (
 from nemo_gym.rollouts.collector import FAILURE_CLASS_KEY, FAILURE_MESSAGE_KEY, failures_path
 from nemo_gym.rollouts.jsonl import JsonlWriter, iter_jsonl, iter_jsonl_spans
 from nemo_gym.rollouts.materialize import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
+from nemo_gym.rollouts.pool import run_bounded
 from nemo_gym.rollouts.shards import Key, RowIndex, row_key_at
 from nemo_gym.servers import http_client
 from nemo_gym.servers.http_client import ServerTimeoutError, TransportConfig, TransportError
@@ -275,14 +276,7 @@ class Reverifier:
         self._inputs_fd = os.open(self.options.inputs_path, os.O_RDONLY)
         try:
             pending = (row for _, row in iter_jsonl(self.options.rollouts_path, self.options.limit))
-            workers = [asyncio.create_task(self._worker(pending)) for _ in range(self.options.concurrency)]
-            try:
-                await asyncio.gather(*workers)
-            except BaseException:
-                for worker in workers:
-                    worker.cancel()
-                await asyncio.gather(*workers, return_exceptions=True)
-                raise
+            await run_bounded(self._verify_and_count, pending, self.options.concurrency)
         finally:
             os.close(self._inputs_fd)
             self._output.close()
@@ -298,10 +292,9 @@ class Reverifier:
         _, _, offset, length = self.plan.inputs.spans[key]
         return orjson.loads(os.pread(self._inputs_fd, length, offset))
 
-    async def _worker(self, pending: Iterator[dict[str, Any]]) -> None:
-        for stored in pending:  # one iterator shared by all workers: each row is taken once
-            await self._verify_one(stored)
-            self._bar.update(1)
+    async def _verify_and_count(self, stored: dict[str, Any]) -> None:
+        await self._verify_one(stored)
+        self._bar.update(1)
 
     async def _verify_one(self, stored: dict[str, Any]) -> None:
         key = (int(stored[TASK_INDEX_KEY]), int(stored[ROLLOUT_INDEX_KEY]))
