@@ -47,8 +47,10 @@ def has_token_id_information(value: Any) -> bool:
     """True if a dict or model carries any (non-null) token field, i.e. it must be a ForTraining variant."""
     if isinstance(value, dict):
         get = value.get
-        return get("prompt_token_ids") is not None or get("generation_token_ids") is not None or (
-            get("generation_log_probs") is not None
+        return (
+            get("prompt_token_ids") is not None
+            or get("generation_token_ids") is not None
+            or get("generation_log_probs") is not None
         )
     return any(get_field(value, key) is not None for key in TOKEN_ID_FIELDS)
 

@@ -31,6 +31,8 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field
 from yarl import URL
 
+from nemo_gym.servers.admission import HostGate, QueueTimeout, origin_of
+
 __all__ = [
     "RETRYABLE_STATUSES",
     "ServerRequestError",
@@ -170,6 +172,7 @@ class ServerTimeoutError(TransportError):
 
 _default_config = TransportConfig()
 _sessions: dict[asyncio.AbstractEventLoop, aiohttp.ClientSession] = {}
+_gates: dict[asyncio.AbstractEventLoop, HostGate] = {}
 _sessions_lock = threading.Lock()
 
 
@@ -198,6 +201,7 @@ async def close_session() -> None:
     loop = asyncio.get_running_loop()
     with _sessions_lock:
         session = _sessions.pop(loop, None)
+        _gates.pop(loop, None)
     if session is not None and not session.closed:
         await session.close()
 
@@ -212,8 +216,10 @@ def _session_for(loop: asyncio.AbstractEventLoop) -> aiohttp.ClientSession:
             # Forget sessions of loops that are gone; their sockets died with the loop.
             for old_loop in [old for old in _sessions if old.is_closed()]:
                 del _sessions[old_loop]
+                _gates.pop(old_loop, None)
             session = _new_session(_default_config)
             _sessions[loop] = session
+            _gates[loop] = HostGate(_default_config.limit_per_host, loop)
     return session
 
 
@@ -448,6 +454,7 @@ async def request(
     max_attempts = 1 if retry is False else cfg.max_attempts
     loop = asyncio.get_running_loop()
     session = _session_for(loop)
+    limiter = _gates[loop].limiter(origin_of(url))
     deadline = loop.time() + cfg.total_timeout_s
     timeout = _client_timeout(cfg.total_timeout_s, cfg.connect_timeout_s)
 
@@ -455,6 +462,15 @@ async def request(
     while True:
         attempt += 1
         failure: aiohttp.ClientResponse | BaseException
+        if not limiter.try_acquire():
+            # Every connection to this server is busy: queue (first come, first served) within the deadline.
+            try:
+                await limiter.acquire(deadline)
+            except QueueTimeout as exc:
+                raise _timeout_error(method, url, server_name, url_path, cfg.total_timeout_s, attempt, exc) from exc
+            timeout = aiohttp.ClientTimeout(
+                total=max(deadline - loop.time(), 0.001), sock_connect=cfg.connect_timeout_s
+            )
         try:
             resp = await session.request(method, url, data=body, headers=request_headers, timeout=timeout)
         except aiohttp.ConnectionTimeoutError as exc:
@@ -484,6 +500,8 @@ async def request(
             if retry is False or resp.status not in RETRYABLE_STATUSES:
                 return resp
             failure = resp
+        finally:
+            limiter.release()
 
         if attempt >= max_attempts:
             raise _final_error(method, url, server_name, url_path, cfg, attempt, failure, "")
@@ -577,6 +595,11 @@ def _timeout_error(
         f"{method} {path} to {target} timed out: no complete response within the {total_timeout_s:g} s deadline "
         f"(total_timeout_s, attempt {attempts}); not retried because the server may have processed it"
     )
+    if isinstance(exc, QueueTimeout):
+        message = (
+            f"{method} {path} to {target} timed out before it was sent: every one of the {exc.slots} connections to "
+            f"that server (limit_per_host) stayed busy until the {total_timeout_s:g} s deadline (total_timeout_s)"
+        )
     return ServerTimeoutError(message, server=target, url_path=path, timeout_s=total_timeout_s, attempts=attempts)
 
 

@@ -48,7 +48,9 @@ class ScriptedModel(SimpleResponsesAPIModel):
         finished = sum(1 for item in items if getattr(item, "type", None) == "function_call_output")
         number = next(self._ids)
         output = [_complete_item(item, number, i) for i, item in enumerate(self._turn(finished))]
-        input_tokens = len(orjson.dumps(body.model_dump(mode="json", exclude_unset=True, include={"input"})["input"])) // 4
+        input_tokens = (
+            len(orjson.dumps(body.model_dump(mode="json", exclude_unset=True, include={"input"})["input"])) // 4
+        )
         output_tokens = sum(len(orjson.dumps(item)) for item in output) // 4
         return json_response(
             {
