@@ -11,12 +11,14 @@ any token field (`prompt_token_ids`, `generation_token_ids`, `generation_log_pro
 variant, which then insists on all three. Message-shaped items try easy message -> input message -> output message,
 left to right; each forbids unknown keys, so the first class that fits is the right one. Item types we do not model
 (hosted tools such as `mcp_call`, `web_search_call`, ...) fall through to the SDK's own models so they stay valid.
+The SDK is imported the first time such an item arrives, not before: `import openai` loads its HTTP clients too,
+~20 MB in every server process that never sees a hosted-tool item.
 """
 
+import functools
 from typing import Annotated, Any, Literal
 
-from openai.types.responses import ResponseInputItem, ResponseOutputItem
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, PlainValidator, Tag, TypeAdapter, field_validator
 
 from nemo_gym.openai_base import (
     TOKEN_ID_FIELDS,
@@ -234,6 +236,26 @@ def _item_tag(value: Any) -> str:
     return "other"
 
 
+@functools.cache
+def _sdk_item_adapter(union_name: str) -> TypeAdapter[Any]:
+    import openai.types.responses as sdk_types
+
+    return TypeAdapter(getattr(sdk_types, union_name))
+
+
+def _sdk_input_item(value: Any) -> Any:
+    return _sdk_item_adapter("ResponseInputItem").validate_python(value)
+
+
+def _sdk_output_item(value: Any) -> Any:
+    return _sdk_item_adapter("ResponseOutputItem").validate_python(value)
+
+
+_SDKInputItem = Annotated[Any, PlainValidator(_sdk_input_item, json_schema_input_type=dict[str, Any])]
+"""A hosted-tool input item, validated by the SDK's ``ResponseInputItem`` union (loaded on first use)."""
+_SDKOutputItem = Annotated[Any, PlainValidator(_sdk_output_item, json_schema_input_type=dict[str, Any])]
+"""A hosted-tool output item, validated by the SDK's ``ResponseOutputItem`` union (loaded on first use)."""
+
 _MessageFamily = Annotated[
     NeMoGymEasyInputMessage | NeMoGymMessage | NeMoGymResponseOutputMessage, Field(union_mode="left_to_right")
 ]
@@ -246,7 +268,7 @@ NeMoGymResponseInputItem = Annotated[
     | Annotated[NeMoGymFunctionCallOutput, Tag("function_call_output")]
     | Annotated[NeMoGymResponseReasoningItem, Tag("reasoning")]
     | Annotated[NeMoGymResponseReasoningItemForTraining, Tag("reasoning_for_training")]
-    | Annotated[ResponseInputItem, Tag("other")],
+    | Annotated[_SDKInputItem, Tag("other")],
     Discriminator(_item_tag),
 ]
 """Any Responses input item; hosted-tool items are validated by the SDK's models."""
@@ -259,7 +281,7 @@ NeMoGymResponseOutputItem = Annotated[
     | Annotated[NeMoGymFunctionCallOutput, Tag("function_call_output")]
     | Annotated[NeMoGymResponseReasoningItem, Tag("reasoning")]
     | Annotated[NeMoGymResponseReasoningItemForTraining, Tag("reasoning_for_training")]
-    | Annotated[ResponseOutputItem, Tag("other")],
+    | Annotated[_SDKOutputItem, Tag("other")],
     Discriminator(_item_tag),
 ]
 """Any Responses output item. `function_call_output` is allowed because agents return tool results in `output`."""

@@ -17,9 +17,8 @@ import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import aiohttp
 import orjson
 import uvicorn
 from fastapi import FastAPI, Request
@@ -41,8 +40,15 @@ from nemo_gym.global_config import (
     get_global_config_dict,
     maybe_get_global_config_dict,
 )
-from nemo_gym.servers import http_client, runtime
-from nemo_gym.servers.http_client import ServerTimeoutError, TransportError, raise_for_status, response_json
+from nemo_gym.servers import runtime
+from nemo_gym.servers.transport_types import ServerTimeoutError, TransportError
+
+if TYPE_CHECKING:
+    import aiohttp
+
+    from nemo_gym.servers.http_client import raise_for_status as raise_for_status
+
+_HTTP_CLIENT = "nemo_gym.servers.http_client"
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +73,18 @@ def json_response(content: Any, status_code: int = 200) -> Response:
 
 async def get_response_json(response: aiohttp.ClientResponse) -> Any:
     """The JSON body of a response returned by :class:`ServerClient` (already read, parsed with orjson)."""
+    from nemo_gym.servers.http_client import response_json
+
     return await response_json(response)
+
+
+def __getattr__(name: str) -> Any:
+    # The HTTP client (aiohttp, ~10 MB) is loaded on first use, so servers that never call another server skip it.
+    if name == "raise_for_status":
+        from nemo_gym.servers.http_client import raise_for_status
+
+        return raise_for_status
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 _BASE_URL_CACHE_SIZE = 1024
@@ -134,6 +151,8 @@ class ServerClient(BaseModel):
         return f"http://{inner.host}:{inner.port}"
 
     async def request(self, method: str, server_name: str, url_path: str, **kwargs: Any) -> aiohttp.ClientResponse:
+        from nemo_gym.servers import http_client
+
         url = self.server_base_url(server_name) + url_path
         return await http_client.request(method, url, server_name=server_name, url_path=url_path, **kwargs)
 
@@ -216,7 +235,9 @@ class SessionCookieMiddleware:
 @asynccontextmanager
 async def _close_client_on_shutdown(app: FastAPI) -> AsyncIterator[None]:
     yield
-    await http_client.close_session()
+    client = sys.modules.get(_HTTP_CLIENT)  # never imported: no connections to close
+    if client is not None:
+        await client.close_session()
 
 
 class BaseServer(BaseModel):
@@ -309,7 +330,10 @@ class SimpleServer(BaseServer):
         raise_open_file_limit()
         runtime.configure_transport(global_config)
         runtime.tune_garbage_collector()
-        uvicorn_server = uvicorn.Server(runtime.uvicorn_config(app, config.host, config.port or 0, global_config))
+        max_active = runtime.max_active_requests(global_config, config)
+        uvicorn_server = uvicorn.Server(
+            runtime.uvicorn_config(app, config.host, config.port or 0, global_config, max_active)
+        )
         fd = os.environ.get(LISTEN_FD_ENV_VAR)
         if not fd:
             uvicorn_server.run()

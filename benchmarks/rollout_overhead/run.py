@@ -74,6 +74,9 @@ class PointResult:
     rss_peak_mb: float = 0.0
     rss_end_mb: float = 0.0
     rss_peak_by_process_mb: dict[str, float] = field(default_factory=dict)
+    pss_peak_mb: float = 0.0
+    """Peak of the summed proportional set sizes: shared library pages counted once, not once per process."""
+    pss_peak_by_process_mb: dict[str, float] = field(default_factory=dict)
     fds_peak: int = 0
     latency_ms: dict[str, float] = field(default_factory=dict)
     failures: dict[str, int] = field(default_factory=dict)
@@ -196,6 +199,8 @@ async def run_point(
     result.rss_peak_mb = round(sampler.peak_total / 2**20, 1)
     result.rss_end_mb = round(sampler.samples[-1][1], 1) if sampler.samples else 0.0
     result.rss_peak_by_process_mb = {k: round(v / 2**20, 1) for k, v in sampler.peak_by_process.items()}
+    result.pss_peak_mb = round(sampler.pss_peak_total / 2**20, 1)
+    result.pss_peak_by_process_mb = {k: round(v / 2**20, 1) for k, v in sampler.pss_peak_by_process.items()}
     result.fds_peak = sampler.fds_peak
     result.rss_growth_mb = rss_growth(sampler.samples, drive_started, wall)
     step = max(1, len(sampler.samples) // 200)
@@ -215,7 +220,7 @@ async def run_point(
 def print_table(results: list[PointResult]) -> None:
     header = (
         f"{'conc':>6} {'ok':>7} {'fail':>5} {'wall s':>7} {'rollouts/s':>10} {'CPU ms/r':>9} "
-        f"{'RSS peak MB':>11} {'RSS growth':>10} {'p50 ms':>9} {'p99 ms':>9}  notes"
+        f"{'RSS peak MB':>11} {'PSS peak MB':>11} {'RSS growth':>10} {'p50 ms':>9} {'p99 ms':>9}  notes"
     )
     print(header)
     print("-" * len(header))
@@ -228,7 +233,7 @@ def print_table(results: list[PointResult]) -> None:
             notes = f"{notes}; {busy}" if notes else busy
         print(
             f"{r.concurrency:>6} {r.ok:>7} {r.failed:>5} {r.wall_s:>7.1f} {r.rollouts_per_s:>10.1f} "
-            f"{r.cpu_ms_per_rollout:>9.2f} {r.rss_peak_mb:>11.0f} {r.rss_growth_mb:>10.1f} "
+            f"{r.cpu_ms_per_rollout:>9.2f} {r.rss_peak_mb:>11.0f} {r.pss_peak_mb:>11.0f} {r.rss_growth_mb:>10.1f} "
             f"{r.latency_ms['p50']:>9.1f} "
             f"{r.latency_ms['p99']:>9.1f}  {notes}"
         )
@@ -354,7 +359,8 @@ def run_sweep(
             result = await run_point(stack, url, rows, concurrency, total, args)
             print(
                 f"c={concurrency}: {result.ok}/{total} ok, {result.rollouts_per_s:.1f} rollouts/s, "
-                f"{result.cpu_ms_per_rollout:.2f} CPU ms/rollout, peak RSS {result.rss_peak_mb:.0f} MB, "
+                f"{result.cpu_ms_per_rollout:.2f} CPU ms/rollout, peak RSS {result.rss_peak_mb:.0f} MB "
+                f"(PSS {result.pss_peak_mb:.0f} MB), "
                 f"p50 {result.latency_ms['p50']:.0f} ms, p99 {result.latency_ms['p99']:.0f} ms"
                 + (f", failures {result.failures}" if result.failures else "")
                 + (f" [{result.aborted}]" if result.aborted else ""),

@@ -14,30 +14,38 @@ from collections.abc import Callable
 from typing import Any
 
 import uvicorn
-from fastapi import FastAPI
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
 
 from nemo_gym.config_types import ConfigError
 
 __all__ = ["HeadServer", "bind_head_socket", "build_head_app"]
 
 
-def build_head_app(masked_config_yaml: str, server_instances: Callable[[], list[dict[str, Any]]]) -> FastAPI:
-    """The head server's routes; ``server_instances`` is called per request so pids and start times are live."""
-    app = FastAPI(title="NeMo Gym head server")
+def build_head_app(masked_config_yaml: str, server_instances: Callable[[], list[dict[str, Any]]]) -> Starlette:
+    """The head server's routes; ``server_instances`` is called per request so pids and start times are live.
 
-    @app.get("/")
-    async def health() -> dict[str, str]:
-        return {"status": "ok"}
+    Plain Starlette: three GET routes need no request validation, and FastAPI would add ~11 MB to the launcher.
+    """
 
-    @app.get("/global_config_dict_yaml")
-    async def global_config_dict_yaml() -> str:
-        return masked_config_yaml
+    async def health(request: Request) -> JSONResponse:
+        return JSONResponse({"status": "ok"})
 
-    @app.get("/server_instances")
-    async def list_server_instances() -> list[dict[str, Any]]:
-        return server_instances()
+    async def global_config_dict_yaml(request: Request) -> JSONResponse:
+        return JSONResponse(masked_config_yaml)
 
-    return app
+    async def list_server_instances(request: Request) -> JSONResponse:
+        return JSONResponse(server_instances())
+
+    return Starlette(
+        routes=[
+            Route("/", health, methods=["GET"]),
+            Route("/global_config_dict_yaml", global_config_dict_yaml, methods=["GET"]),
+            Route("/server_instances", list_server_instances, methods=["GET"]),
+        ]
+    )
 
 
 def bind_head_socket(host: str, port: int) -> socket.socket:
@@ -59,7 +67,7 @@ def bind_head_socket(host: str, port: int) -> socket.socket:
 class HeadServer:
     """uvicorn on an already bound socket, in a daemon thread; ``stop()`` shuts it down and joins the thread."""
 
-    def __init__(self, app: FastAPI, sock: socket.socket) -> None:
+    def __init__(self, app: Starlette, sock: socket.socket) -> None:
         self.sock = sock
         self.host, self.port = sock.getsockname()[:2]
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=2)

@@ -1,26 +1,53 @@
-"""First-come, first-served admission to a server's connection slots.
+"""First-come, first-served admission: to outgoing connection slots, and to a server's request handling.
 
-aiohttp's pool also caps connections per host, but a connection freed while others wait can be taken by a request
-that arrives in the same instant, ahead of every waiter; the waiter goes back to the queue. Under a steady overload
-(4096 rollouts in flight, 1024 connections to the model) the same unlucky rollouts lost that race again and again:
-p99 latency was 2.5x the median. Here a freed slot is handed straight to the oldest waiter, so queueing is fair
+Outgoing: aiohttp's pool also caps connections per host, but a connection freed while others wait can be taken by a
+request that arrives in the same instant, ahead of every waiter; the waiter goes back to the queue. Under a steady
+overload (4096 rollouts in flight, 1024 connections to the model) the same unlucky rollouts lost that race again and
+again: p99 latency was 2.5x the median. Here a freed slot is handed straight to the oldest waiter, so queueing is fair
 (p99 1.2x the median), and aiohttp's own limit (sized the same) never makes anyone wait.
+
+Incoming: :class:`AdmissionMiddleware` lets a server work on a bounded number of requests from outside the server
+mesh at once (a collector's or a trainer's ``/run``); the others wait at the door, in arrival order. A request waiting
+there costs its connection and a few KB, not the ~70 KB a rollout holds once FastAPI has parsed and validated its body
+and the agent has started calling other servers, so 4096 rollouts in flight cost the agent ~190 MB instead of ~380 MB.
+Requests that a server makes while serving an admitted one carry :data:`NESTED_HEADER` and are never queued: the work
+they belong to was admitted already, and queueing them could deadlock two servers that call each other.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections import deque
+from collections.abc import Awaitable, Callable, MutableMapping
 from functools import lru_cache
+from typing import TYPE_CHECKING, Any
 
-from yarl import URL
+if TYPE_CHECKING:
+    from yarl import URL
 
-__all__ = ["FairLimiter", "HostGate", "QueueTimeout", "origin_of"]
+__all__ = [
+    "NESTED_HEADER",
+    "AdmissionMiddleware",
+    "FairLimiter",
+    "HostGate",
+    "QueueTimeout",
+    "in_admitted_request",
+    "origin_of",
+]
+
+NESTED_HEADER = "X-NeMo-Gym-Nested"
+"""Set (to ``1``) on every call a server makes while serving an admitted request; such calls skip the queue."""
+_NESTED_HEADER_KEY = NESTED_HEADER.lower().encode()
+
+_admitted: contextvars.ContextVar[bool] = contextvars.ContextVar("nemo_gym_admitted_request", default=False)
 
 
 @lru_cache(maxsize=1024)
 def origin_of(url: str | URL) -> str:
     """``scheme://host:port`` of a URL: what connections are pooled, and queued for, by."""
+    from yarl import URL  # here, not at the top: servers load this module for AdmissionMiddleware alone
+
     try:
         parsed = url if isinstance(url, URL) else URL(url)
         return f"{parsed.scheme}://{parsed.host}:{parsed.port}"
@@ -105,3 +132,67 @@ class HostGate:
         if limiter is None:
             limiter = self._limiters[origin] = FairLimiter(self._size, self._loop)
         return limiter
+
+
+def in_admitted_request() -> bool:
+    """True inside the handling of a request that went through (or was exempt from) an :class:`AdmissionMiddleware`."""
+    return _admitted.get()
+
+
+_Scope = MutableMapping[str, Any]
+_Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+_Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+
+class AdmissionMiddleware:
+    """ASGI middleware: at most ``limit`` outside requests are handled at once; the rest wait in arrival order.
+
+    Exempt, and never queued: requests carrying :data:`NESTED_HEADER`, paths in ``exempt_paths`` (the health check, so
+    a busy server still answers "alive"), and non-HTTP scopes (lifespan). ``limit=None`` turns the bound off.
+    A client that gives up while its request waits simply never sees the answer; nothing is dropped on the server's
+    side that it did not ask for.
+    """
+
+    def __init__(
+        self,
+        app: Callable[[_Scope, _Receive, _Send], Awaitable[None]],
+        limit: int | None,
+        exempt_paths: frozenset[str] = frozenset({"/"}),
+    ) -> None:
+        if limit is not None and limit < 1:
+            raise ValueError(f"limit must be at least 1 (or None for no bound), not {limit}")
+        self.app = app
+        self.limit = limit
+        self.exempt_paths = exempt_paths
+        self._limiter: FairLimiter | None = None
+
+    @property
+    def waiting(self) -> int:
+        """Requests queued at the door right now."""
+        return 0 if self._limiter is None else self._limiter.waiting
+
+    async def __call__(self, scope: _Scope, receive: _Receive, send: _Send) -> None:
+        if scope["type"] != "http" or self.limit is None or scope["path"] in self.exempt_paths or _is_nested(scope):
+            token = _admitted.set(True)
+            try:
+                await self.app(scope, receive, send)
+            finally:
+                _admitted.reset(token)
+            return
+        limiter = self._limiter
+        if limiter is None:
+            limiter = self._limiter = FairLimiter(self.limit, asyncio.get_running_loop())
+        await limiter.acquire()
+        token = _admitted.set(True)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            _admitted.reset(token)
+            limiter.release()
+
+
+def _is_nested(scope: _Scope) -> bool:
+    for name, _value in scope.get("headers", ()):
+        if name == _NESTED_HEADER_KEY:
+            return True
+    return False

@@ -16,9 +16,11 @@ import uvicorn
 from pydantic import ValidationError
 
 from nemo_gym.config_types import ConfigError
-from nemo_gym.servers import http_client
+from nemo_gym.servers import transport_types
+from nemo_gym.servers.admission import AdmissionMiddleware
 
 __all__ = [
+    "MAX_ACTIVE_REQUESTS_KEY",
     "CONNECTOR_LIMIT_KEY",
     "CONNECTOR_LIMIT_PER_HOST_KEY",
     "EVENT_LOOP_KEY",
@@ -26,6 +28,7 @@ __all__ = [
     "event_loop_choice",
     "http_protocol",
     "inherited_socket",
+    "max_active_requests",
     "tune_garbage_collector",
     "uvicorn_config",
 ]
@@ -36,6 +39,11 @@ CONNECTOR_LIMIT_KEY = "global_aiohttp_connector_limit"
 """Global config key (the reference implementation's name): open connections per server process, all destinations."""
 CONNECTOR_LIMIT_PER_HOST_KEY = "global_aiohttp_connector_limit_per_host"
 """Global config key (the reference implementation's name): open connections per server process and destination."""
+MAX_ACTIVE_REQUESTS_KEY = "max_active_requests"
+"""Requests from outside the server mesh one server handles at once; the rest wait in arrival order. Set it in a
+server instance's block for that server, or as ``server_max_active_requests`` at the top level for every server;
+``null``/``0`` there means no bound. Default: the connection-pool size per destination (see ``max_active_requests``)."""
+GLOBAL_MAX_ACTIVE_REQUESTS_KEY = f"server_{MAX_ACTIVE_REQUESTS_KEY}"
 
 GC_GEN0_THRESHOLD = 20_000
 """Allocations between young collections (CPython's default is 700)."""
@@ -79,12 +87,36 @@ def configure_transport(global_config: Any) -> None:
             updates[field] = value
     if not updates:
         return
-    current = http_client.get_default_config()
+    current = transport_types.get_default_config()
     try:
-        http_client.set_default_config(http_client.TransportConfig.model_validate(current.model_dump() | updates))
+        transport_types.set_default_config(
+            transport_types.TransportConfig.model_validate(current.model_dump() | updates)
+        )
     except ValidationError as e:
         problems = "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors())
         raise ConfigError(f"invalid connection-pool size in the config ({problems})") from e
+
+
+def max_active_requests(global_config: Any, instance_config: Any = None) -> int | None:
+    """How many outside requests (a collector's ``/run``) this server works on at once; ``None``: no bound.
+
+    The default is the connection pool's size per destination (``global_aiohttp_connector_limit_per_host``, 1024):
+    a rollout holds at most one outgoing call at a time, so more rollouts than that could only wait for a
+    connection, holding their parsed bodies and FastAPI's per-request state while they do. Waiting at the door
+    instead costs a few KB each. Raising the pool size raises this bound with it.
+    """
+    value: Any = getattr(instance_config, MAX_ACTIVE_REQUESTS_KEY, None) if instance_config is not None else None
+    where = f"{MAX_ACTIVE_REQUESTS_KEY} of this server"
+    if value is None and GLOBAL_MAX_ACTIVE_REQUESTS_KEY in global_config:
+        value = global_config.get(GLOBAL_MAX_ACTIVE_REQUESTS_KEY)
+        where = GLOBAL_MAX_ACTIVE_REQUESTS_KEY
+        if value is None:
+            return None
+    if value is None:
+        return transport_types.get_default_config().limit_per_host
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"{where} must be a whole number of requests (0 or null: no bound), not {value!r}")
+    return value or None
 
 
 def tune_garbage_collector(gen0_threshold: int = GC_GEN0_THRESHOLD) -> None:
@@ -102,10 +134,10 @@ def tune_garbage_collector(gen0_threshold: int = GC_GEN0_THRESHOLD) -> None:
     gc.set_threshold(gen0_threshold, gen1, gen2)
 
 
-def uvicorn_config(app: Any, host: str, port: int, global_config: Any) -> uvicorn.Config:
-    """uvicorn settings shared by every server."""
+def uvicorn_config(app: Any, host: str, port: int, global_config: Any, max_active: int | None = None) -> uvicorn.Config:
+    """uvicorn settings shared by every server; ``max_active`` bounds the outside requests handled at once."""
     return uvicorn.Config(
-        app,
+        AdmissionMiddleware(app, max_active) if max_active else app,
         loop=event_loop_choice(global_config),
         http=http_protocol(),
         host=host,
@@ -116,6 +148,8 @@ def uvicorn_config(app: Any, host: str, port: int, global_config: Any) -> uvicor
         timeout_keep_alive=30,
         # Thousands of rollouts can connect in one burst; the kernel caps this at net.core.somaxconn.
         backlog=4096,
+        # Servers talk to each other directly; no proxy's X-Forwarded-* headers to trust, so skip that layer.
+        proxy_headers=False,
         lifespan="on",
     )
 

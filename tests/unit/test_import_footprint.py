@@ -1,0 +1,62 @@
+"""What a server process loads at start: every MB here is paid once per server, and deployments run dozens.
+
+`import openai` brings its HTTP clients (httpx, an aiohttp transport), ~20 MB, although servers only ever need its
+hosted-tool item models, and only when such an item arrives; aiohttp is only needed by servers that call others.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+PROBE = """
+import importlib, json, sys
+importlib.import_module({module!r})
+print(json.dumps({{name: name in sys.modules for name in ("openai", "aiohttp", "httpx2", "httpx")}}))
+"""
+
+
+def loaded_after_import(module: str) -> dict[str, bool]:
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE.format(module=module)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize(
+    "module",
+    ["resources_servers.example_single_tool_call.app", "responses_api_models.scripted_model.app"],
+)
+def test_a_server_that_calls_no_other_server_loads_neither_openai_nor_aiohttp(module: str) -> None:
+    assert loaded_after_import(module) == {"openai": False, "aiohttp": False, "httpx2": False, "httpx": False}
+
+
+def test_an_agent_loads_the_http_client_but_not_the_openai_sdk() -> None:
+    loaded = loaded_after_import("responses_api_agents.simple_agent.app")
+    assert loaded["aiohttp"] and not loaded["openai"]
+
+
+def test_hosted_tool_items_still_load_and_validate_with_the_sdk() -> None:
+    probe = (
+        "import sys\n"
+        "from nemo_gym.openai_utils import NeMoGymResponse\n"
+        "assert 'openai' not in sys.modules\n"
+        "r = NeMoGymResponse.model_validate({'id': 'r', 'created_at': 0, 'model': 'm', 'object': 'response',"
+        " 'output': [{'type': 'web_search_call', 'id': 'w', 'status': 'completed', 'action': {'type': 'search', 'query': 'q'}}], 'parallel_tool_calls': True,"
+        " 'tool_choice': 'auto', 'tools': []})\n"
+        "print(type(r.output[0]).__module__, r.model_dump(exclude_unset=True)['output'][0]['type'])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["openai.types.responses.response_function_web_search", "web_search_call"]

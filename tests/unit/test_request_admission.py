@@ -1,0 +1,213 @@
+"""A server works on a bounded number of outside requests; the rest wait at the door in arrival order.
+
+Nested calls (made while serving an admitted request) and the health check never wait, so two servers calling each
+other cannot deadlock and a busy server still answers "alive".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+import uvicorn
+from fastapi import FastAPI
+from omegaconf import OmegaConf
+
+from nemo_gym.config_types import ConfigError
+from nemo_gym.servers import http_client, runtime, transport_types
+from nemo_gym.servers.admission import NESTED_HEADER, AdmissionMiddleware, in_admitted_request
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class Gauge:
+    """Counts requests inside the app right now, the most at once, and the order they got in."""
+
+    def __init__(self) -> None:
+        self.inside = 0
+        self.most = 0
+        self.order: list[int] = []
+        self.release = asyncio.Event()
+
+
+def gauged_app(gauge: Gauge) -> FastAPI:
+    app = FastAPI()
+
+    @app.post("/work/{i}")
+    async def work(i: int) -> dict[str, Any]:
+        gauge.inside += 1
+        gauge.most = max(gauge.most, gauge.inside)
+        gauge.order.append(i)
+        try:
+            await gauge.release.wait()
+        finally:
+            gauge.inside -= 1
+        return {"i": i, "admitted": in_admitted_request()}
+
+    @app.get("/")
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    return app
+
+
+@contextlib.asynccontextmanager
+async def serving(app: Any, max_active: int | None) -> AsyncIterator[str]:
+    """A real uvicorn server configured exactly as ``run_webserver`` configures one."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(256)
+    config = runtime.uvicorn_config(app, "127.0.0.1", 0, {}, max_active)
+    config.log_level = "warning"
+    config.lifespan = "off"
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve(sockets=[listener]))
+    while not server.started:
+        await asyncio.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        await task
+        listener.close()
+
+
+async def wait_until(condition: Any, timeout_s: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.01)
+
+
+async def test_at_most_limit_requests_are_worked_on_and_the_rest_get_in_in_arrival_order() -> None:
+    gauge = Gauge()
+    async with serving(gauged_app(gauge), max_active=3) as url, aiohttp.ClientSession() as session:
+
+        async def post(i: int) -> dict[str, Any]:
+            async with session.post(f"{url}/work/{i}") as resp:
+                assert resp.status == 200
+                return await resp.json()
+
+        first = [asyncio.create_task(post(i)) for i in range(3)]
+        await wait_until(lambda: gauge.inside == 3)
+        rest = []
+        for i in range(3, 12):  # arrive one after another, so their order is known
+            rest.append(asyncio.create_task(post(i)))
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.2)
+        assert gauge.inside == 3, "requests past the limit must wait at the door"
+        async with session.get(url) as resp:  # the health check never waits
+            assert resp.status == 200
+        gauge.release.set()
+        results = await asyncio.gather(*first, *rest)
+    assert gauge.most == 3
+    assert gauge.order[3:] == list(range(3, 12))
+    assert all(r["admitted"] for r in results)
+
+
+async def test_nested_calls_skip_the_queue() -> None:
+    gauge = Gauge()
+    async with serving(gauged_app(gauge), max_active=1) as url, aiohttp.ClientSession() as session:
+        outside = asyncio.create_task(session.post(f"{url}/work/0"))
+        await wait_until(lambda: gauge.inside == 1)
+        nested = [asyncio.create_task(session.post(f"{url}/work/{i}", headers={NESTED_HEADER: "1"})) for i in (1, 2)]
+        await wait_until(lambda: gauge.inside == 3)  # both got in although the one slot is taken
+        gauge.release.set()
+        for response in await asyncio.gather(outside, *nested):
+            assert response.status == 200
+            response.release()
+
+
+async def test_calls_made_while_serving_an_admitted_request_carry_the_nested_mark() -> None:
+    """End to end: server A (limit 1) calls server B (limit 1) which calls A back; without the mark this deadlocks."""
+    a_app, b_app = FastAPI(), FastAPI()
+    urls: dict[str, str] = {}
+
+    @a_app.post("/start")
+    async def start() -> dict[str, Any]:
+        resp = await http_client.request("POST", f"{urls['b']}/middle", json={})
+        return {"b": await http_client.response_json(resp)}
+
+    @a_app.post("/leaf")
+    async def leaf() -> dict[str, Any]:
+        return {"leaf": True, "admitted": in_admitted_request()}
+
+    @b_app.post("/middle")
+    async def middle() -> dict[str, Any]:
+        resp = await http_client.request("POST", f"{urls['a']}/leaf", json={})
+        return {"a": await http_client.response_json(resp)}
+
+    async with serving(a_app, max_active=1) as urls["a"], serving(b_app, max_active=1) as urls["b"]:
+        try:
+            assert not in_admitted_request()  # a plain client: no mark, its calls queue like anyone's
+            resp = await asyncio.wait_for(http_client.request("POST", f"{urls['a']}/start", json={}), 20)
+            assert await http_client.response_json(resp) == {"b": {"a": {"leaf": True, "admitted": True}}}
+        finally:
+            await http_client.close_session()
+
+
+async def test_without_a_limit_the_app_is_served_directly() -> None:
+    app = FastAPI()
+    config = runtime.uvicorn_config(app, "127.0.0.1", 0, {}, None)
+    assert config.app is app
+    wrapped = runtime.uvicorn_config(app, "127.0.0.1", 0, {}, 8).app
+    assert isinstance(wrapped, AdmissionMiddleware) and wrapped.limit == 8
+
+
+async def test_lifespan_passes_through_untouched() -> None:
+    seen: list[str] = []
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        seen.append(scope["type"])
+
+    middleware = AdmissionMiddleware(app, 1)
+    await middleware({"type": "lifespan"}, None, None)
+    assert seen == ["lifespan"]
+    with pytest.raises(ValueError, match="at least 1"):
+        AdmissionMiddleware(app, 0)
+
+
+def test_nested_mark_is_added_to_headers_only_inside_a_request() -> None:
+    build = http_client._build_headers
+    assert build(None, None, True) == {"Content-Type": "application/json"}
+    assert build(None, None, True, nested=True) == {"Content-Type": "application/json", NESTED_HEADER: "1"}
+    assert build(None, None, False, nested=True) == {NESTED_HEADER: "1"}
+    merged = build({"X-A": "b"}, {"s": "1"}, True, nested=True)
+    assert merged == {"Content-Type": "application/json", NESTED_HEADER: "1", "X-A": "b", "Cookie": "s=1"}
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The bound's configuration
+
+
+def test_default_bound_follows_the_connection_pool_size() -> None:
+    assert runtime.max_active_requests(OmegaConf.create({})) == transport_types.get_default_config().limit_per_host
+    previous = transport_types.get_default_config()
+    try:
+        runtime.configure_transport(OmegaConf.create({"global_aiohttp_connector_limit_per_host": 4096}))
+        assert runtime.max_active_requests(OmegaConf.create({})) == 4096
+    finally:
+        transport_types.set_default_config(previous)
+
+
+def test_instance_setting_beats_the_global_one_and_zero_or_null_means_no_bound() -> None:
+    class Instance:
+        max_active_requests = 7
+
+    assert runtime.max_active_requests(OmegaConf.create({"server_max_active_requests": 100}), Instance()) == 7
+    assert runtime.max_active_requests(OmegaConf.create({"server_max_active_requests": 100})) == 100
+    assert runtime.max_active_requests(OmegaConf.create({"server_max_active_requests": 0})) is None
+    assert runtime.max_active_requests(OmegaConf.create({"server_max_active_requests": None})) is None
+    Instance.max_active_requests = 0
+    assert runtime.max_active_requests(OmegaConf.create({}), Instance()) is None
+
+
+@pytest.mark.parametrize("value", [-1, "many", 2.5, True])
+def test_a_bad_bound_is_a_config_error_naming_the_key(value: Any) -> None:
+    with pytest.raises(ConfigError, match="server_max_active_requests must be a whole number"):
+        runtime.max_active_requests(OmegaConf.create({"server_max_active_requests": value}))
