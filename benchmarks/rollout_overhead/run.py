@@ -83,6 +83,7 @@ class PointResult:
     aborted: str = ""
     rss_growth_mb: float = 0.0
     """RSS at 90% of the point minus RSS at 50%: about 0 means memory is flat under a steady load."""
+    rss_growth_by_process_mb: dict[str, float] = field(default_factory=dict)
     rss_timeline_mb: list[tuple[float, float]] = field(default_factory=list)
 
     @property
@@ -203,6 +204,9 @@ async def run_point(
     result.pss_peak_by_process_mb = {k: round(v / 2**20, 1) for k, v in sampler.pss_peak_by_process.items()}
     result.fds_peak = sampler.fds_peak
     result.rss_growth_mb = rss_growth(sampler.samples, drive_started, wall)
+    result.rss_growth_by_process_mb = {
+        name: rss_growth(series, drive_started, wall) for name, series in sampler.samples_by_process.items()
+    }
     step = max(1, len(sampler.samples) // 200)
     result.rss_timeline_mb = [(t, round(mb, 1)) for t, mb in sampler.samples[::step]]
     result.latency_ms = {f"p{q:g}": round(1000 * percentile(latencies, q), 2) for q in (50, 90, 99, 99.9)} | {

@@ -86,6 +86,7 @@ class MemorySampler:
     def __init__(self, stack: Stack) -> None:
         self.stack = stack
         self.samples: list[tuple[float, float]] = []
+        self.samples_by_process: dict[str, list[tuple[float, float]]] = {}
         self.peak_total = 0
         self.peak_by_process: dict[str, int] = {}
         self.pss_peak_total = 0
@@ -112,6 +113,7 @@ class MemorySampler:
             self.peak_total = max(self.peak_total, total)
             for name, rss in by_process.items():
                 self.peak_by_process[name] = max(self.peak_by_process.get(name, 0), rss)
+                self.samples_by_process.setdefault(name, []).append(self.samples[-1][0:1] + (rss / 2**20,))
             if tick % 5 == 0:  # reading smaps walks page tables: once a second is enough
                 self.fds_peak = max(self.fds_peak, self.stack.fds())
                 pss = self.stack.pss_bytes()
