@@ -30,6 +30,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import orjson
@@ -95,23 +96,73 @@ class PointResult:
 # Driving rollouts
 
 
-def load_rows() -> list[bytes]:
+def load_rows() -> list[dict[str, Any]]:
     path = REPO / "resources_servers" / ENVIRONMENT / "data" / "example.jsonl"
-    return [orjson.dumps(json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+class FrameworkClient:
+    """The framework's own transport, called exactly as ``gym eval run`` calls ``/run``.
+
+    Pooled: at most ``limit_per_host`` connections to the agent (1024 by default), further rollouts wait in the
+    client's first-come-first-served queue, holding no socket.
+    """
+
+    name = "framework"
+
+    def __init__(self, concurrency: int, timeout_s: float) -> None:
+        from nemo_gym.servers.http_client import TransportConfig
+
+        self._config = TransportConfig(total_timeout_s=timeout_s, max_attempts=1)
+
+    async def post(self, url: str, row: dict[str, Any]) -> tuple[int, bytes]:
+        from nemo_gym.servers import http_client
+
+        resp = await http_client.request("POST", url, json=row, url_path="/run", config=self._config, retry=False)
+        return resp.status, await resp.read()
+
+    async def close(self) -> None:
+        from nemo_gym.servers import http_client
+
+        await http_client.close_session()
+
+
+class RawClient:
+    """A plain aiohttp session with one connection per rollout in flight: a trainer or script with its own client.
+
+    Every rollout reaches the agent at once, so this is the case the agent's admission bound is for.
+    """
+
+    name = "raw"
+
+    def __init__(self, concurrency: int, timeout_s: float) -> None:
+        self._headers = {"Content-Type": "application/json"}
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s)  # connecting counts too: a swamped server accepts late
+        # Idle connections are dropped before the servers' 30 s keep-alive would close them under a request.
+        connector = aiohttp.TCPConnector(limit=concurrency, limit_per_host=concurrency, keepalive_timeout=15)
+        self._session = aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar(), trust_env=False)
+
+    async def post(self, url: str, row: dict[str, Any]) -> tuple[int, bytes]:
+        data = orjson.dumps(row)
+        async with self._session.post(url, data=data, headers=self._headers, timeout=self._timeout) as resp:
+            return resp.status, await resp.read()
+
+    async def close(self) -> None:
+        await self._session.close()
+
+
+CLIENTS = {"framework": FrameworkClient, "raw": RawClient}
 
 
 async def drive(
-    url: str, rows: list[bytes], concurrency: int, total: int, timeout_s: float, max_point_s: float
+    url: str, rows: list[dict[str, Any]], concurrency: int, total: int, args: argparse.Namespace
 ) -> tuple[list[float], Counter[str], int, str, float]:
     """Run ``total`` rollouts with ``concurrency`` workers; return latencies, failures, ok count, abort reason, wall."""
     latencies: list[float] = []
     failures: Counter[str] = Counter()
     state = {"next": 0, "done": 0, "ok": 0, "stop_issuing": False}
-    headers = {"Content-Type": "application/json"}
-    timeout = aiohttp.ClientTimeout(total=timeout_s)  # connecting counts too: a swamped server may accept late
-    # Idle connections are dropped before the servers' 30 s keep-alive would close them under a request.
-    connector = aiohttp.TCPConnector(limit=concurrency, limit_per_host=concurrency, keepalive_timeout=15)
-    session = aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar(), trust_env=False)
+    client = CLIENTS[args.client](concurrency, args.request_timeout)
+    max_point_s = args.max_point_seconds
     clock = time.perf_counter
 
     async def worker() -> None:
@@ -120,9 +171,7 @@ async def drive(
             state["next"] = i + 1
             started = clock()
             try:
-                async with session.post(url, data=rows[i % len(rows)], headers=headers, timeout=timeout) as resp:
-                    body = await resp.read()
-                    status = resp.status
+                status, body = await client.post(url, rows[i % len(rows)])
                 if status != 200:
                     failures[f"http_{status}"] += 1
                 elif orjson.loads(body).get("reward") != 1.0:
@@ -139,8 +188,10 @@ async def drive(
     abort = ""
     last_done, last_progress = 0, clock()
     try:
-        while not all(t.done() for t in tasks):
-            await asyncio.sleep(0.5)
+        pending: set[asyncio.Task[None]] = set(tasks)
+        while pending:
+            # Wakes the moment the last worker ends, so the wall time is exact, not rounded to the poll period.
+            _, pending = await asyncio.wait(pending, timeout=0.5)
             now = clock()
             if state["done"] != last_done:
                 last_done, last_progress = state["done"], now
@@ -156,7 +207,7 @@ async def drive(
         await asyncio.gather(*tasks, return_exceptions=True)
     finally:
         wall = clock() - started
-        await session.close()
+        await client.close()
     in_flight_lost = state["next"] - state["done"]
     if in_flight_lost > 0:
         failures["hung"] += in_flight_lost
@@ -172,7 +223,7 @@ def percentile(values: list[float], q: float) -> float:
 
 
 async def run_point(
-    stack: Stack, url: str, rows: list[bytes], concurrency: int, total: int, args: argparse.Namespace
+    stack: Stack, url: str, rows: list[dict[str, Any]], concurrency: int, total: int, args: argparse.Namespace
 ) -> PointResult:
     result = PointResult(concurrency=concurrency, requested=total)
     with MemorySampler(stack) as sampler, profiling(stack, args.py_spy, f"c{concurrency}"):
@@ -181,9 +232,7 @@ async def run_point(
         cpu_before = stack.cpu_seconds()
         machine_before = machine_busy_s()
         drive_started = time.monotonic() - sampler.t0
-        latencies, failures, ok, abort, wall = await drive(
-            url, rows, concurrency, total, args.request_timeout, args.max_point_seconds
-        )
+        latencies, failures, ok, abort, wall = await drive(url, rows, concurrency, total, args)
         cpu_after = stack.cpu_seconds()
         machine_after = machine_busy_s()
         await asyncio.sleep(0.3)
@@ -252,12 +301,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--rollouts-per-point",
         type=int,
         default=0,
-        help="rollouts measured per concurrency (default: max(4000, 3 x concurrency))",
+        help="rollouts measured per concurrency (default: max(10000, 3 x concurrency))",
     )
     parser.add_argument("--warmup", type=int, default=500, help="unmeasured rollouts before the first point")
     parser.add_argument("--request-timeout", type=float, default=120.0, help="seconds one /run may take")
     parser.add_argument("--max-point-seconds", type=float, default=120.0, help="stop issuing rollouts after this")
     parser.add_argument("--loop", choices=("auto", "asyncio", "uvloop"), default="auto", help="the driver's loop")
+    parser.add_argument(
+        "--client",
+        choices=tuple(CLIENTS),
+        default="framework",
+        help="framework: the framework's pooled transport, as `gym eval run` uses it (default);\n"
+        "raw: one aiohttp connection per rollout in flight, as an external trainer might",
+    )
     parser.add_argument(
         "--override",
         action="append",
@@ -319,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
         stack = Stack({s.name: s.popen.pid for s in run.servers if s.popen is not None})
         url = f"{run.urls[AGENT]}/run"
         pids = ", ".join(f"{s.name} (pid {s.popen.pid})" for s in run.servers if s.popen is not None)
-        print(f"stack ready in {startup_s:.1f} s: {pids}", flush=True)
+        print(f"stack ready in {startup_s:.1f} s: {pids}; client: {args.client}", flush=True)
         results = run_sweep(stack, url, rows, levels, args, driver_loop_factory)
 
     print()
@@ -333,6 +389,7 @@ def main(argv: list[str] | None = None) -> int:
             "machine": info,
             "startup_s": round(startup_s, 2),
             "driver_loop": args.loop,
+            "client": args.client,
             "overrides": args.override,
             "server_env": args.server_env,
             "points": [asdict(r) for r in results],
@@ -345,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
 def run_sweep(
     stack: Stack,
     url: str,
-    rows: list[bytes],
+    rows: list[dict[str, Any]],
     levels: list[int],
     args: argparse.Namespace,
     driver_loop_factory: Callable[[], asyncio.AbstractEventLoop] | None,
@@ -355,11 +412,11 @@ def run_sweep(
         gc.collect()
         gc.freeze()
         if args.warmup:
-            warm = await drive(url, rows, 32, args.warmup, args.request_timeout, args.max_point_seconds)
+            warm = await drive(url, rows, 32, args.warmup, args)
             print(f"warm-up: {warm[2]}/{args.warmup} ok in {warm[4]:.1f} s", flush=True)
         results = []
         for concurrency in levels:
-            total = args.rollouts_per_point or max(4000, 3 * concurrency)
+            total = args.rollouts_per_point or max(10_000, 3 * concurrency)
             result = await run_point(stack, url, rows, concurrency, total, args)
             print(
                 f"c={concurrency}: {result.ok}/{total} ok, {result.rollouts_per_s:.1f} rollouts/s, "
