@@ -23,6 +23,7 @@ import importlib.metadata
 import importlib.util
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -41,8 +42,10 @@ sys.path.insert(0, str(REPO))
 from stack_probe import (  # noqa: E402
     MemorySampler,
     Stack,
+    cpu_calibration_ms,
     machine_busy_s,
     machine_info,
+    machine_steal_s,
     profiling,
     raise_open_file_limit,
     rss_growth,
@@ -61,6 +64,7 @@ class PointResult:
 
     concurrency: int
     requested: int
+    round: int = 1
     completed: int = 0
     ok: int = 0
     wall_s: float = 0.0
@@ -71,6 +75,10 @@ class PointResult:
     """Kernel part of the stack's CPU (loopback TCP, epoll): what no Python change can remove."""
     background_cpu_s: float = 0.0
     """CPU used by processes outside the stack during the point: other load on the box skews every number."""
+    steal_s: float = 0.0
+    """CPU time the hypervisor took for other guests during the point."""
+    calibration_ms: float = 0.0
+    """A fixed Python loop timed just before the point (see ``cpu_calibration_ms``): higher means a slower box."""
     rss_start_mb: float = 0.0
     rss_peak_mb: float = 0.0
     rss_end_mb: float = 0.0
@@ -225,16 +233,18 @@ def percentile(values: list[float], q: float) -> float:
 async def run_point(
     stack: Stack, url: str, rows: list[dict[str, Any]], concurrency: int, total: int, args: argparse.Namespace
 ) -> PointResult:
-    result = PointResult(concurrency=concurrency, requested=total)
+    result = PointResult(concurrency=concurrency, requested=total, calibration_ms=cpu_calibration_ms())
     with MemorySampler(stack) as sampler, profiling(stack, args.py_spy, f"c{concurrency}"):
         await asyncio.sleep(0.3)  # a few samples of the resting stack
         result.rss_start_mb = sampler.samples[-1][1] if sampler.samples else 0.0
         cpu_before = stack.cpu_seconds()
         machine_before = machine_busy_s()
+        steal_before = machine_steal_s()
         drive_started = time.monotonic() - sampler.t0
         latencies, failures, ok, abort, wall = await drive(url, rows, concurrency, total, args)
         cpu_after = stack.cpu_seconds()
         machine_after = machine_busy_s()
+        steal_after = machine_steal_s()
         await asyncio.sleep(0.3)
     result.completed = len(latencies)
     result.ok = ok
@@ -246,6 +256,7 @@ async def run_point(
     result.cpu_system_s = round(sum(after[1] - cpu_before.get(name, zero)[1] for name, after in cpu_after.items()), 3)
     result.cpu_ms_per_rollout = round(1000 * sum(cpu.values()) / max(ok, 1), 3)
     result.background_cpu_s = round(max(0.0, machine_after - machine_before - sum(cpu.values())), 2)
+    result.steal_s = round(steal_after - steal_before, 2)
     result.rss_peak_mb = round(sampler.peak_total / 2**20, 1)
     result.rss_end_mb = round(sampler.samples[-1][1], 1) if sampler.samples else 0.0
     result.rss_peak_by_process_mb = {k: round(v / 2**20, 1) for k, v in sampler.peak_by_process.items()}
@@ -270,25 +281,75 @@ async def run_point(
 # Environment facts and reporting
 
 
-def print_table(results: list[PointResult]) -> None:
+@dataclass
+class Summary:
+    """One concurrency over every round: medians of rates and latencies, the worst memory, all failures."""
+
+    concurrency: int
+    rounds: int
+    ok: int
+    failed: int
+    rollouts_per_s: float
+    rollouts_per_s_by_round: list[float]
+    cpu_ms_per_rollout: float
+    cpu_ms_by_round: list[float]
+    rss_peak_mb: float
+    pss_peak_mb: float
+    rss_growth_mb: float
+    p50_ms: float
+    p99_ms: float
+    calibration_ms: float
+    notes: str
+
+
+def summarize(results: list[PointResult]) -> list[Summary]:
+    summaries = []
+    for concurrency in dict.fromkeys(r.concurrency for r in results):
+        points = [r for r in results if r.concurrency == concurrency]
+        failures: Counter[str] = Counter()
+        for r in points:
+            failures.update(r.failures)
+        notes = [", ".join(f"{k}={v}" for k, v in sorted(failures.items()))]
+        notes += [f"round {r.round}: {r.aborted}" for r in points if r.aborted]
+        busy = [r for r in points if r.background_cpu_s > 0.05 * r.wall_s]
+        if busy:
+            worst = max(r.background_cpu_s / r.wall_s for r in busy)
+            notes.append(f"busy box in {len(busy)} round(s): up to {worst:.0%} of a core used by other processes")
+        summaries.append(
+            Summary(
+                concurrency=concurrency,
+                rounds=len(points),
+                ok=sum(r.ok for r in points),
+                failed=sum(r.failed for r in points),
+                rollouts_per_s=round(statistics.median(r.rollouts_per_s for r in points), 1),
+                rollouts_per_s_by_round=[r.rollouts_per_s for r in points],
+                cpu_ms_per_rollout=round(statistics.median(r.cpu_ms_per_rollout for r in points), 2),
+                cpu_ms_by_round=[r.cpu_ms_per_rollout for r in points],
+                rss_peak_mb=max(r.rss_peak_mb for r in points),
+                pss_peak_mb=max(r.pss_peak_mb for r in points),
+                rss_growth_mb=max(r.rss_growth_mb for r in points),
+                p50_ms=round(statistics.median(r.latency_ms["p50"] for r in points), 1),
+                p99_ms=round(statistics.median(r.latency_ms["p99"] for r in points), 1),
+                calibration_ms=round(statistics.median(r.calibration_ms for r in points), 1),
+                notes="; ".join(n for n in notes if n),
+            )
+        )
+    return summaries
+
+
+def print_table(summaries: list[Summary]) -> None:
     header = (
-        f"{'conc':>6} {'ok':>7} {'fail':>5} {'wall s':>7} {'rollouts/s':>10} {'CPU ms/r':>9} "
-        f"{'RSS peak MB':>11} {'PSS peak MB':>11} {'RSS growth':>10} {'p50 ms':>9} {'p99 ms':>9}  notes"
+        f"{'conc':>6} {'rounds':>6} {'ok':>7} {'fail':>5} {'rollouts/s':>10} {'CPU ms/r':>9} {'RSS peak MB':>11} "
+        f"{'PSS peak MB':>11} {'RSS growth':>10} {'p50 ms':>9} {'p99 ms':>9} {'calib ms':>8}  notes"
     )
+    print("medians over rounds (rates, CPU, latency, calib); largest over rounds (memory, growth)")
     print(header)
     print("-" * len(header))
-    for r in results:
-        notes = ", ".join(f"{k}={v}" for k, v in sorted(r.failures.items()))
-        if r.aborted:
-            notes = f"{notes}; {r.aborted}" if notes else r.aborted
-        if r.background_cpu_s > 0.05 * r.wall_s:
-            busy = f"busy box: {r.background_cpu_s / r.wall_s:.0%} of a core used by other processes"
-            notes = f"{notes}; {busy}" if notes else busy
+    for s in summaries:
         print(
-            f"{r.concurrency:>6} {r.ok:>7} {r.failed:>5} {r.wall_s:>7.1f} {r.rollouts_per_s:>10.1f} "
-            f"{r.cpu_ms_per_rollout:>9.2f} {r.rss_peak_mb:>11.0f} {r.pss_peak_mb:>11.0f} {r.rss_growth_mb:>10.1f} "
-            f"{r.latency_ms['p50']:>9.1f} "
-            f"{r.latency_ms['p99']:>9.1f}  {notes}"
+            f"{s.concurrency:>6} {s.rounds:>6} {s.ok:>7} {s.failed:>5} {s.rollouts_per_s:>10.1f} "
+            f"{s.cpu_ms_per_rollout:>9.2f} {s.rss_peak_mb:>11.0f} {s.pss_peak_mb:>11.0f} {s.rss_growth_mb:>10.1f} "
+            f"{s.p50_ms:>9.1f} {s.p99_ms:>9.1f} {s.calibration_ms:>8.1f}  {s.notes}"
         )
 
 
@@ -301,7 +362,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--rollouts-per-point",
         type=int,
         default=0,
-        help="rollouts measured per concurrency (default: max(10000, 3 x concurrency))",
+        help="rollouts measured per concurrency and round (default: max(5000, 3 x concurrency))",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="times the whole sweep is repeated, interleaved, so a slow moment of the box hits each\n"
+        "concurrency once at most; the table shows medians (default: 3)",
     )
     parser.add_argument("--warmup", type=int, default=500, help="unmeasured rollouts before the first point")
     parser.add_argument("--request-timeout", type=float, default=120.0, help="seconds one /run may take")
@@ -378,8 +446,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"stack ready in {startup_s:.1f} s: {pids}; client: {args.client}", flush=True)
         results = run_sweep(stack, url, rows, levels, args, driver_loop_factory)
 
+    summaries = summarize(results)
     print()
-    print_table(results)
+    print_table(summaries)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         payload = {
@@ -392,6 +461,7 @@ def main(argv: list[str] | None = None) -> int:
             "client": args.client,
             "overrides": args.override,
             "server_env": args.server_env,
+            "summary": [asdict(s) for s in summaries],
             "points": [asdict(r) for r in results],
         }
         args.json.write_text(json.dumps(payload, indent=1))
@@ -415,11 +485,12 @@ def run_sweep(
             warm = await drive(url, rows, 32, args.warmup, args)
             print(f"warm-up: {warm[2]}/{args.warmup} ok in {warm[4]:.1f} s", flush=True)
         results = []
-        for concurrency in levels:
-            total = args.rollouts_per_point or max(10_000, 3 * concurrency)
+        for round_number, concurrency in ((n, c) for n in range(1, args.rounds + 1) for c in levels):
+            total = args.rollouts_per_point or max(5000, 3 * concurrency)
             result = await run_point(stack, url, rows, concurrency, total, args)
+            result.round = round_number
             print(
-                f"c={concurrency}: {result.ok}/{total} ok, {result.rollouts_per_s:.1f} rollouts/s, "
+                f"round {round_number}, c={concurrency}: {result.ok}/{total} ok, {result.rollouts_per_s:.1f} rollouts/s, "
                 f"{result.cpu_ms_per_rollout:.2f} CPU ms/rollout, peak RSS {result.rss_peak_mb:.0f} MB "
                 f"(PSS {result.pss_peak_mb:.0f} MB), "
                 f"p50 {result.latency_ms['p50']:.0f} ms, p99 {result.latency_ms['p99']:.0f} ms"
