@@ -325,8 +325,9 @@ def summarize(results: list[PointResult]) -> list[Summary]:
                 rollouts_per_s_by_round=[r.rollouts_per_s for r in points],
                 cpu_ms_per_rollout=round(statistics.median(r.cpu_ms_per_rollout for r in points), 2),
                 cpu_ms_by_round=[r.cpu_ms_per_rollout for r in points],
-                rss_peak_mb=max(r.rss_peak_mb for r in points),
-                pss_peak_mb=max(r.pss_peak_mb for r in points),
+                # Memory of the first round: later ones start from the high-water mark of the largest point before.
+                rss_peak_mb=points[0].rss_peak_mb,
+                pss_peak_mb=points[0].pss_peak_mb,
                 rss_growth_mb=max(r.rss_growth_mb for r in points),
                 p50_ms=round(statistics.median(r.latency_ms["p50"] for r in points), 1),
                 p99_ms=round(statistics.median(r.latency_ms["p99"] for r in points), 1),
@@ -342,7 +343,7 @@ def print_table(summaries: list[Summary]) -> None:
         f"{'conc':>6} {'rounds':>6} {'ok':>7} {'fail':>5} {'rollouts/s':>10} {'CPU ms/r':>9} {'RSS peak MB':>11} "
         f"{'PSS peak MB':>11} {'RSS growth':>10} {'p50 ms':>9} {'p99 ms':>9} {'calib ms':>8}  notes"
     )
-    print("medians over rounds (rates, CPU, latency, calib); largest over rounds (memory, growth)")
+    print("medians over rounds (rates, CPU, latency, calib); peak memory of the first round; largest growth")
     print(header)
     print("-" * len(header))
     for s in summaries:
@@ -449,6 +450,12 @@ def main(argv: list[str] | None = None) -> int:
     summaries = summarize(results)
     print()
     print_table(summaries)
+    if results:
+        print(
+            f"whole run: peak RSS {max(r.rss_peak_mb for r in results):.0f} MB, "
+            f"peak PSS {max(r.pss_peak_mb for r in results):.0f} MB, "
+            f"{sum(r.failed for r in results)} failed of {sum(r.completed for r in results)} rollouts"
+        )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         payload = {

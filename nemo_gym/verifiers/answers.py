@@ -28,22 +28,35 @@ def assistant_text(response: NeMoGymResponse, separator: str = "\n") -> str:
 
 
 def _balanced_group(text: str, open_index: int) -> str | None:
-    """The text inside the brace group that opens at ``open_index``, or None when it never closes."""
+    """The text inside the brace group that opens at ``open_index``, or None when it never closes.
+
+    Escaped braces (``\\{``, ``\\}``) are literal characters in LaTeX, so they do not count.
+    """
     depth = 0
-    for index in range(open_index, len(text)):
+    index = open_index
+    while index < len(text):
         char = text[index]
+        if char == "\\":
+            index += 2
+            continue
         if char == "{":
             depth += 1
         elif char == "}":
             depth -= 1
             if depth == 0:
                 return text[open_index + 1 : index]
+        index += 1
     return None
 
 
 def boxed_contents(text: str) -> list[str]:
     """The content of every complete ``\\boxed{...}`` / ``\\fbox{...}`` in ``text``, in order of appearance."""
-    found: list[tuple[int, str]] = []
+    return [content for _, content in _boxes(text) if content is not None]
+
+
+def _boxes(text: str) -> list[tuple[int, str | None]]:
+    """Every box command followed by ``{``, in order: (position, content), content None when it never closes."""
+    found: list[tuple[int, str | None]] = []
     for command in BOX_COMMANDS:
         start = text.find(command)
         while start != -1:
@@ -51,17 +64,22 @@ def boxed_contents(text: str) -> list[str]:
             while index < len(text) and text[index] == " ":
                 index += 1
             if index < len(text) and text[index] == "{":
-                content = _balanced_group(text, index)
-                if content is not None:
-                    found.append((start, content))
+                found.append((start, _balanced_group(text, index)))
             start = text.find(command, start + len(command))
-    return [content for _, content in sorted(found)]
+    return sorted(found, key=lambda box: box[0])
 
 
-def last_boxed(text: str) -> str | None:
+def last_boxed(text: str, *, final_only: bool = False) -> str | None:
     """The content of the last complete ``\\boxed{}`` (the model's final answer), stripped; None when there is none
-    or it is empty."""
-    contents = boxed_contents(text)
+    or it is empty.
+
+    ``final_only=True``: the last box the model opened must be the one that closes; a final answer cut off mid-box
+    gives None rather than an earlier box the model had moved on from.
+    """
+    boxes = _boxes(text)
+    if final_only:
+        boxes = boxes[-1:]
+    contents = [content for _, content in boxes if content is not None]
     return (contents[-1].strip() or None) if contents else None
 
 

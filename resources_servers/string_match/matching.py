@@ -19,6 +19,9 @@ import re
 import unicodedata
 from typing import Literal
 
+from nemo_gym.verifiers.answers import last_boxed as core_last_boxed
+from nemo_gym.verifiers.answers import strip_text_wrappers
+
 ExtractionMode = Literal["boxed", "final_answer", "last_line", "full_response"]
 EXTRACTION_MODES: tuple[str, ...] = ("boxed", "final_answer", "last_line", "full_response")
 NEAR_NUMERIC_SCORE = 0.98
@@ -27,53 +30,14 @@ NEAR_NUMERIC_SCORE = 0.98
 # ---------------------------------------------------------------------------------------------------------------------
 # Extraction
 
-_BOXED_START = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _ANSWER_LABEL = re.compile(r"\b(?:final\s+answer|answer)(?:\s+is)?\s*[*_]*\s*[:：]", re.IGNORECASE)
-_WRAPPERS = ("text", "textbf", "textit", "textrm", "mathrm", "mathbf", "mathit", "operatorname", "mbox", "boxed")
-_WRAPPER = re.compile(r"\\(?:" + "|".join(_WRAPPERS) + r")\s*\{([^{}]*)\}")
-
-
-def _balanced_group(text: str, start: int) -> str | None:
-    """The text from ``start`` up to the ``}`` closing an already opened ``{``; None if it never closes.
-
-    Escaped braces (``\\{`` and ``\\}``) are literal characters in LaTeX, so they do not count.
-    """
-    depth = 1
-    index = start
-    while index < len(text):
-        char = text[index]
-        if char == "\\":
-            index += 2
-            continue
-        if char == "{":
-            depth += 1
-        elif char == "}":
-            depth -= 1
-            if depth == 0:
-                return text[start:index]
-        index += 1
-    return None
-
-
-def unwrap_latex_text(text: str) -> str:
-    """``\\text{x}`` (and bold/roman/boxed variants) → ``x``, innermost first, until nothing changes."""
-    previous = None
-    while previous != text:
-        previous = text
-        text = _WRAPPER.sub(lambda m: m.group(1), text)
-    return text
 
 
 def last_boxed(text: str) -> str | None:
-    """Content of the last ``\\boxed{…}`` (or ``\\fbox{…}``); None when there is none, it is empty or unbalanced."""
-    starts = list(_BOXED_START.finditer(text))
-    if not starts:
-        return None
-    content = _balanced_group(text, starts[-1].end())
-    if content is None:
-        return None
-    content = unwrap_latex_text(content).strip()
-    return content or None
+    """Content of the last ``\\boxed{…}`` (or ``\\fbox{…}``), text wrappers removed; None when there is none, it is
+    empty, or the last one never closes (an earlier box is not the model's final answer)."""
+    content = core_last_boxed(text, final_only=True)
+    return (strip_text_wrappers(content) or None) if content is not None else None
 
 
 def _final_answer(text: str) -> str | None:
@@ -146,7 +110,7 @@ _UNICODE_MATH = str.maketrans({"\u2212": "-", "\u00d7": "*", "\u22c5": "*", "\u0
 
 def strip_latex(text: str) -> str:
     """Plain text of a LaTeX answer: wrappers unwrapped, fractions as ``a/b``, commands and braces dropped."""
-    text = unwrap_latex_text(text)
+    text = strip_text_wrappers(text)
     previous = None
     while previous != text:
         previous = text
