@@ -2,10 +2,44 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import socket
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
+
+import uvicorn
+
+from nemo_gym.servers import runtime
 
 
 def write(path: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
     return path
+
+
+@contextlib.asynccontextmanager
+async def serving(
+    app: Any, loop_name: str = "auto", max_active: int | None = None
+) -> AsyncIterator[tuple[str, uvicorn.Server]]:
+    """Serve ``app`` in this event loop the way ``run_webserver`` does: uvicorn configured by ``runtime``, on a
+    listening socket handed over as a bare descriptor (what the child of a launcher gets)."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(256)
+    sock = runtime.inherited_socket(listener.detach())
+    config = runtime.uvicorn_config(app, "127.0.0.1", 0, {"server_event_loop": loop_name}, max_active)
+    config.log_level = "warning"
+    config.lifespan = "off"
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started:
+        await asyncio.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}", server
+    finally:
+        server.should_exit = True
+        await task
+        sock.close()

@@ -7,20 +7,17 @@ other cannot deadlock and a busy server still answers "alive".
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import socket
-from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
 import pytest
-import uvicorn
 from fastapi import FastAPI
 from omegaconf import OmegaConf
 
 from nemo_gym.config_types import ConfigError
 from nemo_gym.servers import http_client, runtime, transport_types
 from nemo_gym.servers.admission import NESTED_HEADER, AdmissionMiddleware, in_admitted_request
+from tests.helpers import serving
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -56,27 +53,6 @@ def gauged_app(gauge: Gauge) -> FastAPI:
     return app
 
 
-@contextlib.asynccontextmanager
-async def serving(app: Any, max_active: int | None) -> AsyncIterator[str]:
-    """A real uvicorn server configured exactly as ``run_webserver`` configures one."""
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(256)
-    config = runtime.uvicorn_config(app, "127.0.0.1", 0, {}, max_active)
-    config.log_level = "warning"
-    config.lifespan = "off"
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve(sockets=[listener]))
-    while not server.started:
-        await asyncio.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        await task
-        listener.close()
-
-
 async def wait_until(condition: Any, timeout_s: float = 10.0) -> None:
     deadline = asyncio.get_running_loop().time() + timeout_s
     while not condition():
@@ -86,7 +62,7 @@ async def wait_until(condition: Any, timeout_s: float = 10.0) -> None:
 
 async def test_at_most_limit_requests_are_worked_on_and_the_rest_get_in_in_arrival_order() -> None:
     gauge = Gauge()
-    async with serving(gauged_app(gauge), max_active=3) as url, aiohttp.ClientSession() as session:
+    async with serving(gauged_app(gauge), max_active=3) as (url, _), aiohttp.ClientSession() as session:
 
         async def post(i: int) -> dict[str, Any]:
             async with session.post(f"{url}/work/{i}") as resp:
@@ -112,7 +88,7 @@ async def test_at_most_limit_requests_are_worked_on_and_the_rest_get_in_in_arriv
 
 async def test_nested_calls_skip_the_queue() -> None:
     gauge = Gauge()
-    async with serving(gauged_app(gauge), max_active=1) as url, aiohttp.ClientSession() as session:
+    async with serving(gauged_app(gauge), max_active=1) as (url, _), aiohttp.ClientSession() as session:
         outside = asyncio.create_task(session.post(f"{url}/work/0"))
         await wait_until(lambda: gauge.inside == 1)
         nested = [asyncio.create_task(session.post(f"{url}/work/{i}", headers={NESTED_HEADER: "1"})) for i in (1, 2)]
@@ -142,7 +118,7 @@ async def test_calls_made_while_serving_an_admitted_request_carry_the_nested_mar
         resp = await http_client.request("POST", f"{urls['a']}/leaf", json={})
         return {"a": await http_client.response_json(resp)}
 
-    async with serving(a_app, max_active=1) as urls["a"], serving(b_app, max_active=1) as urls["b"]:
+    async with serving(a_app, max_active=1) as (urls["a"], _), serving(b_app, max_active=1) as (urls["b"], _):
         try:
             assert not in_admitted_request()  # a plain client: no mark, its calls queue like anyone's
             resp = await asyncio.wait_for(http_client.request("POST", f"{urls['a']}/start", json={}), 20)

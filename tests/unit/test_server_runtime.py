@@ -12,7 +12,6 @@ from typing import Any
 
 import aiohttp
 import pytest
-import uvicorn
 from fastapi import FastAPI
 from fastapi.responses import StreamingResponse
 from omegaconf import OmegaConf
@@ -22,6 +21,7 @@ from nemo_gym.config_types import BaseServerConfig, ConfigError
 from nemo_gym.server_utils import ServerClient
 from nemo_gym.servers import http_client, runtime
 from nemo_gym.servers.server_protocol import _CoalescingTransport
+from tests.helpers import serving
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -145,29 +145,6 @@ def weather_app() -> FastAPI:
         return StreamingResponse(chunks(), media_type="text/plain")
 
     return app
-
-
-@contextlib.asynccontextmanager
-async def serving(app: FastAPI, loop_name: str = "auto") -> AsyncIterator[tuple[str, uvicorn.Server]]:
-    """Serve ``app`` the way ``run_webserver`` does: on a listening socket handed over as a bare descriptor."""
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(64)
-    fd = listener.detach()  # what the child of a launcher gets: a number, no socket object
-    sock = runtime.inherited_socket(fd)
-    config = runtime.uvicorn_config(app, "127.0.0.1", 0, {"server_event_loop": loop_name})
-    config.log_level = "warning"
-    config.lifespan = "off"
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    while not server.started:
-        await asyncio.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}", server
-    finally:
-        server.should_exit = True
-        await task
-        sock.close()
 
 
 async def test_the_inherited_socket_is_tcp_and_accepted_connections_are_nodelay() -> None:
