@@ -41,6 +41,7 @@ from nemo_gym.global_config import (
     maybe_get_global_config_dict,
 )
 from nemo_gym.servers import runtime
+from nemo_gym.servers.admission import in_admitted_request
 from nemo_gym.servers.transport_types import ServerTimeoutError, TransportError
 
 if TYPE_CHECKING:
@@ -154,6 +155,8 @@ class ServerClient(BaseModel):
         from nemo_gym.servers import http_client
 
         url = self.server_base_url(server_name) + url_path
+        # Inside a request this server admitted, the call serves work already admitted: the target must not queue it.
+        kwargs.setdefault("nested", in_admitted_request())
         return await http_client.request(method, url, server_name=server_name, url_path=url_path, **kwargs)
 
     async def post(self, server_name: str, url_path: str, json: Any = None, **kwargs: Any) -> aiohttp.ClientResponse:

@@ -10,8 +10,9 @@ Incoming: :class:`AdmissionMiddleware` lets a server work on a bounded number of
 mesh at once (a collector's or a trainer's ``/run``); the others wait at the door, in arrival order. A request waiting
 there costs its connection and a few KB, not the ~70 KB a rollout holds once FastAPI has parsed and validated its body
 and the agent has started calling other servers, so 4096 rollouts in flight cost the agent ~190 MB instead of ~380 MB.
-Requests that a server makes while serving an admitted one carry :data:`NESTED_HEADER` and are never queued: the work
-they belong to was admitted already, and queueing them could deadlock two servers that call each other.
+Calls a server makes to other servers (through ``ServerClient``) while serving an admitted request carry
+:data:`NESTED_HEADER` and are never queued: the work they belong to was admitted already, and queueing them could
+deadlock two servers that call each other. Calls to outside APIs (OpenAI, vLLM) never carry it.
 """
 
 from __future__ import annotations

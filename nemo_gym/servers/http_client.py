@@ -31,7 +31,7 @@ import orjson
 from pydantic import BaseModel
 from yarl import URL
 
-from nemo_gym.servers.admission import NESTED_HEADER, HostGate, QueueTimeout, in_admitted_request, origin_of
+from nemo_gym.servers.admission import NESTED_HEADER, HostGate, QueueTimeout, origin_of
 from nemo_gym.servers.transport_types import (
     ServerRequestError,
     ServerTimeoutError,
@@ -314,6 +314,7 @@ async def request(
     url_path: str | None = None,
     config: TransportConfig | None = None,
     retry: bool | None = None,
+    nested: bool = False,
 ) -> aiohttp.ClientResponse:
     """Send one HTTP request through the shared pool and return the response with its body already read.
 
@@ -330,6 +331,9 @@ async def request(
         server_name: Name of the target server instance, used in error messages.
         url_path: Path used in error messages (defaults to the URL's path).
         config: Timeouts and retry budget for this call (default: :func:`get_default_config`).
+        nested: Mark the call as made while serving an admitted request (``X-NeMo-Gym-Nested``), so the target
+            server never queues it (see :mod:`nemo_gym.servers.admission`). :class:`~nemo_gym.server_utils.ServerClient`
+            sets it for calls between servers; calls to outside APIs never carry it.
         retry: ``False`` makes exactly one attempt and returns any status untouched. Otherwise (the default)
             connection errors and 429/502/503/504 are retried up to ``config.max_attempts`` with capped, fully
             jittered exponential backoff, honouring ``Retry-After`` on 429/503.
@@ -347,7 +351,7 @@ async def request(
         raise ValueError("pass either json= or data=, not both")
     cfg = config if config is not None else get_default_config()
     body = dumps(json) if json is not None else data
-    request_headers = _build_headers(headers, cookies, json is not None, in_admitted_request())
+    request_headers = _build_headers(headers, cookies, json is not None, nested)
     max_attempts = 1 if retry is False else cfg.max_attempts
     loop = asyncio.get_running_loop()
     session = _session_for(loop)

@@ -11,10 +11,11 @@ from typing import Any
 
 import aiohttp
 import pytest
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from omegaconf import OmegaConf
 
-from nemo_gym.config_types import ConfigError
+from nemo_gym.config_types import BaseServerConfig, ConfigError
+from nemo_gym.server_utils import ServerClient
 from nemo_gym.servers import http_client, runtime, transport_types
 from nemo_gym.servers.admission import NESTED_HEADER, AdmissionMiddleware, in_admitted_request
 from tests.helpers import serving
@@ -99,32 +100,64 @@ async def test_nested_calls_skip_the_queue() -> None:
             response.release()
 
 
-async def test_calls_made_while_serving_an_admitted_request_carry_the_nested_mark() -> None:
-    """End to end: server A (limit 1) calls server B (limit 1) which calls A back; without the mark this deadlocks."""
+async def test_calls_between_servers_made_while_serving_an_admitted_request_carry_the_nested_mark() -> None:
+    """End to end: server A (limit 1) calls server B (limit 1) which calls A back, each through ``ServerClient``.
+    Without the mark A's second request would queue behind its first, which waits for it: a deadlock."""
     a_app, b_app = FastAPI(), FastAPI()
-    urls: dict[str, str] = {}
+    ports: dict[str, int] = {}
+
+    def client() -> ServerClient:
+        servers = {
+            name: {"resources_servers": {"x": {"host": "127.0.0.1", "port": port}}} for name, port in ports.items()
+        }
+        return ServerClient(
+            head_server_config=BaseServerConfig(host="127.0.0.1", port=1), global_config_dict=OmegaConf.create(servers)
+        )
 
     @a_app.post("/start")
     async def start() -> dict[str, Any]:
-        resp = await http_client.request("POST", f"{urls['b']}/middle", json={})
-        return {"b": await http_client.response_json(resp)}
+        return {"b": await http_client.response_json(await client().post("b", "/middle", json={}))}
 
     @a_app.post("/leaf")
-    async def leaf() -> dict[str, Any]:
-        return {"leaf": True, "admitted": in_admitted_request()}
+    async def leaf(request: Request) -> dict[str, Any]:
+        return {"leaf": True, "nested": request.headers.get(NESTED_HEADER)}
 
     @b_app.post("/middle")
     async def middle() -> dict[str, Any]:
-        resp = await http_client.request("POST", f"{urls['a']}/leaf", json={})
-        return {"a": await http_client.response_json(resp)}
+        return {"a": await http_client.response_json(await client().post("a", "/leaf", json={}))}
 
-    async with serving(a_app, max_active=1) as (urls["a"], _), serving(b_app, max_active=1) as (urls["b"], _):
+    async with serving(a_app, max_active=1) as (a_url, _), serving(b_app, max_active=1) as (b_url, _):
+        ports.update(a=int(a_url.rpartition(":")[2]), b=int(b_url.rpartition(":")[2]))
         try:
             assert not in_admitted_request()  # a plain client: no mark, its calls queue like anyone's
-            resp = await asyncio.wait_for(http_client.request("POST", f"{urls['a']}/start", json={}), 20)
-            assert await http_client.response_json(resp) == {"b": {"a": {"leaf": True, "admitted": True}}}
+            resp = await asyncio.wait_for(client().post("a", "/start", json={}), 20)
+            assert await http_client.response_json(resp) == {"b": {"a": {"leaf": True, "nested": "1"}}}
         finally:
             await http_client.close_session()
+
+
+async def test_calls_to_outside_apis_never_carry_the_mark() -> None:
+    """A model server calling OpenAI or vLLM through the transport directly sends no internal header."""
+    seen: list[str | None] = []
+    upstream, proxy = FastAPI(), FastAPI()
+
+    @upstream.post("/v1/responses")
+    async def responses(request: Request) -> dict[str, Any]:
+        seen.append(request.headers.get(NESTED_HEADER))
+        return {}
+
+    async with serving(upstream) as (upstream_url, _), serving(proxy, max_active=4) as (proxy_url, _):
+
+        @proxy.post("/call")
+        async def call() -> dict[str, Any]:
+            await http_client.request("POST", f"{upstream_url}/v1/responses", json={})
+            return {}
+
+        try:
+            assert (await http_client.request("POST", f"{proxy_url}/call", json={})).status == 200
+        finally:
+            await http_client.close_session()
+    assert seen == [None]
 
 
 async def test_without_a_limit_the_app_is_served_directly() -> None:
