@@ -106,7 +106,7 @@ def max_active_requests(global_config: Any, instance_config: Any = None) -> int 
     instead costs a few KB each. Raising the pool size raises this bound with it.
     """
     value: Any = getattr(instance_config, MAX_ACTIVE_REQUESTS_KEY, None) if instance_config is not None else None
-    where = f"{MAX_ACTIVE_REQUESTS_KEY} of this server"
+    where = f"{MAX_ACTIVE_REQUESTS_KEY} of server {getattr(instance_config, 'name', '') or '(unnamed)'!r}"
     if value is None and GLOBAL_MAX_ACTIVE_REQUESTS_KEY in global_config:
         value = global_config.get(GLOBAL_MAX_ACTIVE_REQUESTS_KEY)
         where = GLOBAL_MAX_ACTIVE_REQUESTS_KEY

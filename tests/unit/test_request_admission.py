@@ -220,3 +220,10 @@ def test_instance_setting_beats_the_global_one_and_zero_or_null_means_no_bound()
 def test_a_bad_bound_is_a_config_error_naming_the_key(value: Any) -> None:
     with pytest.raises(ConfigError, match="server_max_active_requests must be a whole number"):
         runtime.max_active_requests(OmegaConf.create({"server_max_active_requests": value}))
+
+    class Instance:
+        name = "my_agent"
+        max_active_requests = value
+
+    with pytest.raises(ConfigError, match="max_active_requests of server 'my_agent' must be a whole number"):
+        runtime.max_active_requests(OmegaConf.create({}), Instance())
