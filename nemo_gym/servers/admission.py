@@ -150,8 +150,8 @@ class AdmissionMiddleware:
 
     Exempt, and never queued: requests carrying :data:`NESTED_HEADER`, paths in ``exempt_paths`` (the health check, so
     a busy server still answers "alive"), and non-HTTP scopes (lifespan). ``limit=None`` turns the bound off.
-    A client that gives up while its request waits simply never sees the answer; nothing is dropped on the server's
-    side that it did not ask for.
+    A request whose client hung up while it waited is dropped when its turn comes, without reaching the app: a
+    trainer that timed out and retried does not get the rollout run twice.
     """
 
     def __init__(
@@ -183,13 +183,34 @@ class AdmissionMiddleware:
         limiter = self._limiter
         if limiter is None:
             limiter = self._limiter = FairLimiter(self.limit, asyncio.get_running_loop())
-        await limiter.acquire()
-        token = _admitted.set(True)
+        waited = not limiter.try_acquire()
+        if waited:
+            await limiter.acquire()
         try:
-            await self.app(scope, receive, send)
+            if waited:
+                receive = await _unless_gone(receive)
+                if receive is None:
+                    return  # the client hung up while its request waited: no one to answer, no rollout to run
+            token = _admitted.set(True)
+            try:
+                await self.app(scope, receive, send)
+            finally:
+                _admitted.reset(token)
         finally:
-            _admitted.reset(token)
             limiter.release()
+
+
+async def _unless_gone(receive: _Receive) -> _Receive | None:
+    """None if the client disconnected; else a ``receive`` that first hands back the message read to find out."""
+    first = await receive()
+    if first["type"] == "http.disconnect":
+        return None
+    pending: list[MutableMapping[str, Any]] = [first]
+
+    async def replay() -> MutableMapping[str, Any]:
+        return pending.pop() if pending else await receive()
+
+    return replay
 
 
 def _is_nested(scope: _Scope) -> bool:

@@ -87,6 +87,20 @@ async def test_at_most_limit_requests_are_worked_on_and_the_rest_get_in_in_arriv
     assert all(r["admitted"] for r in results)
 
 
+async def test_a_request_whose_client_gave_up_while_waiting_is_never_worked_on() -> None:
+    gauge = Gauge()
+    async with serving(gauged_app(gauge), max_active=1) as (url, _), aiohttp.ClientSession() as session:
+        first = asyncio.create_task(session.post(f"{url}/work/0"))
+        await wait_until(lambda: gauge.inside == 1)
+        with pytest.raises(asyncio.TimeoutError):  # waits at the door, then the client hangs up
+            await session.post(f"{url}/work/1", timeout=aiohttp.ClientTimeout(total=0.3))
+        await asyncio.sleep(0.2)
+        gauge.release.set()
+        (await first).release()
+        await asyncio.sleep(0.3)  # time for the abandoned request to be admitted, if it were going to be
+    assert gauge.order == [0]
+
+
 async def test_nested_calls_skip_the_queue() -> None:
     gauge = Gauge()
     async with serving(gauged_app(gauge), max_active=1) as (url, _), aiohttp.ClientSession() as session:
