@@ -84,28 +84,52 @@ def _agent_of(row: dict[str, Any], options: MaterializeOptions) -> str | None:
         return ref["name"]
     if isinstance(ref, str):
         return ref
-    return options.agent_name
+    if options.agent_name is not None:
+        return options.agent_name
+    if options.known_agents is not None and len(options.known_agents) == 1:
+        return options.known_agents[0]  # one agent in the config: there is nothing to choose
+    return None
 
 
 def _validate_rows(options: MaterializeOptions) -> None:
     """Read every row once and report all problems before anything is written or run."""
-    problems: list[str] = []
+    problems: list[tuple[int, str]] = []
+    stopped = False
     for number, row in iter_jsonl(options.input_path, options.limit):
-        where = f"{options.input_path}:{number}"
         problem = create_params_problem(row.get("responses_create_params"), options.responses_create_params)
         if problem is not None:
-            problems.append(f"{where}: {problem}")
+            problems.append((number, problem))
         agent = _agent_of(row, options)
         if agent is None:
-            problems.append(f"{where}: no agent_ref in the row; pass --agent NAME (or +agent_name=NAME)")
+            known = (
+                f" (agents in the config: {', '.join(sorted(options.known_agents))})" if options.known_agents else ""
+            )
+            problems.append((number, f"no agent_ref in the row; pass --agent NAME (or +agent_name=NAME){known}"))
         elif options.known_agents is not None and agent not in options.known_agents:
             known = ", ".join(sorted(options.known_agents)) or "none"
-            problems.append(f"{where}: agent {agent!r} is not defined in the config (agents: {known})")
+            problems.append((number, f"agent {agent!r} is not defined in the config (agents: {known})"))
         if len(problems) >= MAX_REPORTED_PROBLEMS:
-            problems.append("… (stopped after 20 problems)")
+            stopped = True
             break
     if problems:
-        raise ConfigError(f"{len(problems)} problem(s) in {options.input_path}: " + " | ".join(problems))
+        raise ConfigError(_problem_report(options.input_path, problems, stopped))
+
+
+def _problem_report(path: Path, problems: list[tuple[int, str]], stopped: bool) -> str:
+    """One line: each distinct problem once, as ``file:line: problem``, with the other lines it occurs on."""
+    lines_of: dict[str, list[int]] = {}
+    for number, message in problems:
+        lines_of.setdefault(message, []).append(number)
+    parts = []
+    for message, numbers in lines_of.items():
+        also = ""
+        if len(numbers) > 1:
+            shown = ", ".join(str(n) for n in numbers[1:6])
+            also = f" (also line{'s' if len(numbers) > 2 else ''} {shown}{', …' if len(numbers) > 6 else ''})"
+        parts.append(f"{path}:{numbers[0]}: {message}{also}")
+    if stopped:
+        parts.append(f"… (stopped after {MAX_REPORTED_PROBLEMS} problems)")
+    return f"{len(problems)} problem(s) in {path}: " + " | ".join(parts)
 
 
 def iter_materialized(options: MaterializeOptions) -> Iterator[dict[str, Any]]:

@@ -27,6 +27,12 @@ class RunResult:
     metrics_path: Path | None
 
 
+def agent_names(config: DictConfig) -> list[str]:
+    """Every agent instance of a config, started or not."""
+    instances, _ = find_server_instances(OmegaConf.to_container(config, resolve=True))
+    return [instance.name for instance in instances if instance.SERVER_TYPE == "responses_api_agents"]
+
+
 def agent_urls(config: DictConfig) -> dict[str, str]:
     """Base URL of every agent instance in a config whose ports are assigned."""
     instances, _ = find_server_instances(OmegaConf.to_container(config, resolve=True))
@@ -91,9 +97,10 @@ def prepare_split_input(config: DictConfig, split: str, path: Path) -> SplitInpu
     return SplitInput(path, {agent: uniform.get(agent, 1) for agent in repeats_seen})
 
 
-def run_collection(settings: RolloutCollectionConfig, config: DictConfig, show_progress: bool = True) -> RunResult:
+def prepare_inputs(settings: RolloutCollectionConfig, config: DictConfig) -> Materialized:
+    """Check every input row and write the materialized rows. Needs only the config's agent names, not running
+    servers, so a mistake in the data is reported before anything starts."""
     output = Path(settings.output_jsonl_fpath).expanduser().resolve()
-    urls = agent_urls(config)
     num_repeats = settings.num_repeats
     if settings.input_jsonl_fpath:
         input_path = Path(settings.input_jsonl_fpath).expanduser()
@@ -108,7 +115,7 @@ def run_collection(settings: RolloutCollectionConfig, config: DictConfig, show_p
         raise ConfigError(
             "say what to run: --input PATH, or --split train|validation|example|benchmark for the agents' datasets"
         )
-    materialized = materialize(
+    return materialize(
         MaterializeOptions(
             input_path=input_path,
             output_path=output,
@@ -117,9 +124,22 @@ def run_collection(settings: RolloutCollectionConfig, config: DictConfig, show_p
             num_repeats=num_repeats,
             responses_create_params=settings.responses_create_params,
             num_repeats_add_seed=settings.num_repeats_add_seed,
-            known_agents=list(urls),
+            known_agents=agent_names(config),
         )
     )
+
+
+def run_collection(
+    settings: RolloutCollectionConfig,
+    config: DictConfig,
+    show_progress: bool = True,
+    materialized: Materialized | None = None,
+) -> RunResult:
+    """Collect every rollout against running servers; ``materialized`` from :func:`prepare_inputs` if already done."""
+    output = Path(settings.output_jsonl_fpath).expanduser().resolve()
+    urls = agent_urls(config)
+    if materialized is None:
+        materialized = prepare_inputs(settings, config)
     options = CollectionOptions(
         output_path=output,
         concurrency=settings.num_samples_in_parallel,

@@ -93,3 +93,22 @@ def test_rows_without_agent_and_bad_limits(tmp_path):
         materialize(MaterializeOptions(data, tmp_path / "o.jsonl", agent_name="a", limit=0))
     with pytest.raises(ConfigError, match="num_repeats"):
         materialize(MaterializeOptions(data, tmp_path / "o.jsonl", agent_name="a", num_repeats=0))
+
+
+def test_the_only_agent_of_the_config_is_the_default(tmp_path):
+    data = dataset(tmp_path, {"responses_create_params": {"input": "a"}})
+    rows = rows_of(materialize(MaterializeOptions(data, tmp_path / "o.jsonl", known_agents=["solo"])).path)
+    assert rows[0]["agent_ref"]["name"] == "solo"
+    with pytest.raises(ConfigError, match=r"pass --agent NAME .*\(agents in the config: one, two\)"):
+        materialize(MaterializeOptions(data, tmp_path / "o.jsonl", known_agents=["two", "one"]))
+
+
+def test_a_problem_on_many_lines_is_reported_once_with_its_other_lines(tmp_path):
+    data = dataset(tmp_path, *({"responses_create_params": {"input": "x"}} for _ in range(8)), {"no_params": 1})
+    with pytest.raises(ConfigError) as error:
+        materialize(MaterializeOptions(data, tmp_path / "o.jsonl", known_agents=["a", "b"]))
+    message = str(error.value)
+    assert message.count("no agent_ref") == 1
+    assert f"{data}:1: no agent_ref in the row" in message and "(also lines 2, 3, 4, 5, 6, …)" in message
+    assert f"{data}:9: missing responses_create_params" in message
+    assert message.startswith(f"10 problem(s) in {data}: ")

@@ -219,3 +219,20 @@ def test_every_legacy_script_is_installed():
 
     for name in [*LEGACY_COMMANDS, "reinstall"]:
         assert (BIN / f"ng_{name}").exists() and (BIN / f"nemo_gym_{name}").exists(), name
+
+
+def test_eval_run_reports_bad_rows_before_starting_any_server(workdir, capsys, monkeypatch):
+    import nemo_gym.launcher
+
+    def no_servers(*args, **kwargs):
+        raise AssertionError("servers were started although the input is bad")
+
+    monkeypatch.setattr(nemo_gym.launcher, "running_servers", no_servers)
+    data = write(workdir / "bad.jsonl", '{"responses_create_params": {"input": "hi"}}\nnot json\n')
+    code, out, err = run(
+        capsys, "eval", "run", "--resources-server", "example_single_tool_call", "--model-type", "scripted_model",
+        "--input", str(data), "--output", str(workdir / "out.jsonl"),
+    )  # fmt: skip
+    assert code == 1
+    assert f"{data}:2" in err and "Starting servers" not in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err

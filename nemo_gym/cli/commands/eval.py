@@ -43,7 +43,7 @@ RUN_FLAGS = (
 
 def run(invocation: Invocation) -> int:
     from nemo_gym.rollouts.config import RolloutCollectionConfig
-    from nemo_gym.rollouts.run import run_collection
+    from nemo_gym.rollouts.run import prepare_inputs, run_collection
 
     stderr = Console(stderr=True, highlight=False)
     if invocation.get("no_serve"):
@@ -58,11 +58,12 @@ def run(invocation: Invocation) -> int:
 
         config = parse_global_config_dict(invocation.overrides, reserve_ports=True, require_server_instances=True)
         settings = RolloutCollectionConfig.model_validate(dict(config))
-        stderr.print("Starting servers (logs in results/logs/) …")
 
         def start_and_collect():
+            materialized = prepare_inputs(settings, config)  # a bad row is reported before any server starts
+            stderr.print("Starting servers (logs in results/logs/) …")
             with running_servers(config=config) as launcher:
-                return run_collection(settings, launcher.config)
+                return run_collection(settings, launcher.config, materialized=materialized)
 
         result = _run_reporting(start_and_collect, settings, stderr)
     return result
