@@ -173,7 +173,10 @@ class AdmissionMiddleware:
         return 0 if self._limiter is None else self._limiter.waiting
 
     async def __call__(self, scope: _Scope, receive: _Receive, send: _Send) -> None:
-        if scope["type"] != "http" or self.limit is None or scope["path"] in self.exempt_paths or _is_nested(scope):
+        if scope["type"] != "http":  # lifespan, websockets: no request to admit, and no request context to mark
+            await self.app(scope, receive, send)
+            return
+        if self.limit is None or scope["path"] in self.exempt_paths or _is_nested(scope):
             token = _admitted.set(True)
             try:
                 await self.app(scope, receive, send)

@@ -187,6 +187,7 @@ async def test_lifespan_passes_through_untouched() -> None:
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         seen.append(scope["type"])
+        assert not in_admitted_request()  # tasks started at startup are not inside any request
 
     middleware = AdmissionMiddleware(app, 1)
     await middleware({"type": "lifespan"}, None, None)
