@@ -16,7 +16,7 @@ import orjson
 from nemo_gym.config_types import AGENT_REF_KEY, BaseServerConfig, ConfigError
 from nemo_gym.rollouts.config import RolloutCollectionConfig
 from nemo_gym.server_utils import ServerClient
-from nemo_gym.servers import http_client
+from nemo_gym.transport import http_client
 
 __all__ = ["RolloutCollectionConfig", "RolloutCollectionHelper"]
 

@@ -1,7 +1,7 @@
 """What every server process shares: reaching other servers by name, sessions, and running the web server.
 
 ``ServerClient`` turns an instance name into ``http://host:port`` using the resolved global config and sends the
-request through the pooled transport (:mod:`nemo_gym.servers.http_client`). ``SimpleServer`` is the base of the three
+request through the pooled transport (:mod:`nemo_gym.transport.http_client`). ``SimpleServer`` is the base of the three
 server kinds; ``run_webserver()`` is what an implementation's ``app.py`` calls under ``if __name__ == "__main__"``.
 """
 
@@ -40,16 +40,16 @@ from nemo_gym.global_config import (
     get_global_config_dict,
     maybe_get_global_config_dict,
 )
-from nemo_gym.servers import runtime
-from nemo_gym.servers.admission import in_admitted_request
-from nemo_gym.servers.transport_types import ServerTimeoutError, TransportError
+from nemo_gym.transport import runtime
+from nemo_gym.transport.admission import in_admitted_request
+from nemo_gym.transport.types import ServerTimeoutError, TransportError
 
 if TYPE_CHECKING:
     import aiohttp
 
-    from nemo_gym.servers.http_client import raise_for_status as raise_for_status
+    from nemo_gym.transport.http_client import raise_for_status as raise_for_status
 
-_HTTP_CLIENT = "nemo_gym.servers.http_client"
+_HTTP_CLIENT = "nemo_gym.transport.http_client"
 
 logger = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ def json_response(content: Any, status_code: int = 200) -> Response:
 
 async def get_response_json(response: aiohttp.ClientResponse) -> Any:
     """The JSON body of a response returned by :class:`ServerClient` (already read, parsed with orjson)."""
-    from nemo_gym.servers.http_client import response_json
+    from nemo_gym.transport.http_client import response_json
 
     return await response_json(response)
 
@@ -82,7 +82,7 @@ async def get_response_json(response: aiohttp.ClientResponse) -> Any:
 def __getattr__(name: str) -> Any:
     # The HTTP client (aiohttp, ~10 MB) is loaded on first use, so servers that never call another server skip it.
     if name == "raise_for_status":
-        from nemo_gym.servers.http_client import raise_for_status
+        from nemo_gym.transport.http_client import raise_for_status
 
         return raise_for_status
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -152,7 +152,7 @@ class ServerClient(BaseModel):
         return f"http://{inner.host}:{inner.port}"
 
     async def request(self, method: str, server_name: str, url_path: str, **kwargs: Any) -> aiohttp.ClientResponse:
-        from nemo_gym.servers import http_client
+        from nemo_gym.transport import http_client
 
         url = self.server_base_url(server_name) + url_path
         # Inside a request this server admitted, the call serves work already admitted: the target must not queue it.

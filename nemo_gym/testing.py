@@ -18,7 +18,7 @@ from typing import Any
 import uvicorn
 from aiohttp import web
 
-from nemo_gym.servers import http_client
+from nemo_gym.transport import http_client
 
 Reply = tuple[int, Any]
 """(HTTP status, JSON body); a ``str`` body is sent as plain text."""

@@ -11,7 +11,7 @@ from typing import Any
 
 import uvicorn
 
-from nemo_gym.servers import runtime
+from nemo_gym.transport import runtime
 
 
 def write(path: Path, text: str) -> Path:

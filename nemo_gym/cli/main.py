@@ -16,10 +16,10 @@ from collections.abc import Sequence
 
 from pydantic import ValidationError
 
+from nemo_gym.cli.command import Command, Invocation
 from nemo_gym.cli.commands import ALL_COMMANDS, GROUP_HELP
 from nemo_gym.cli.flags import extra_search_roots, flags_to_overrides
 from nemo_gym.cli.output import print_error, stop_writing_stdout
-from nemo_gym.cli.registry import Command, Invocation
 from nemo_gym.errors import NeMoGymError
 
 PROG = "gym"

@@ -28,7 +28,7 @@ FRAMEWORK_KEYS = frozenset(
     {
         "entrypoint", "host", "port", "num_workers", "name", "domain", "datasets",  # read by the launcher and base
         "description", "verified", "verified_url", "value",  # catalog metadata (gym list, README table)
-        "max_active_requests",  # the admission bound of this server (nemo_gym.servers.runtime)
+        "max_active_requests",  # the admission bound of this server (nemo_gym.transport.runtime)
     }
 )  # fmt: skip
 """Keys any server block may hold, whatever its implementation declares."""

@@ -202,10 +202,10 @@ def locate_datasets(
 def download_dataset(job: DatasetJob, global_config: DictConfig | Mapping[str, Any]) -> Path:
     """Fetch a dataset from its ``source:`` through the dataset registry; the file must exist afterwards."""
     try:
-        from nemo_gym.datasets.registry import download_dataset_source
+        from nemo_gym.datasets.storage import download_dataset_source
     except ImportError as e:
         raise ConfigError(
-            f"{job.label}: --download needs dataset download support (nemo_gym.datasets.registry), "
+            f"{job.label}: --download needs dataset download support (nemo_gym.datasets.storage), "
             f"which cannot be imported: {e}"
         ) from e
     returned = download_dataset_source(job.dataset, global_config)

@@ -21,7 +21,7 @@ from typing import Any, Literal
 import orjson
 
 from nemo_gym.datasets.statistics import OPTIONAL_KEYS
-from nemo_gym.rollouts.jsonl import write_json_atomic
+from nemo_gym.jsonl import write_json_atomic
 
 MetricsStatus = Literal["created", "unchanged", "updated", "overwritten", "conflict"]
 

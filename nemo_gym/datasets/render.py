@@ -29,7 +29,7 @@ from pydantic import ConfigDict, Field
 from nemo_gym.config.roots import find_path
 from nemo_gym.config_types import BaseNeMoGymCLIConfig, ConfigError, ConfigPathNotFoundError
 from nemo_gym.datasets.validation import CREATE_PARAMS_KEY, iter_checked_lines
-from nemo_gym.rollouts.jsonl import JsonlWriter
+from nemo_gym.jsonl import JsonlWriter
 
 PROMPT_CONFIG_USED_KEY = "prompt_config_used"
 TEMPLATE_ROLES = ("system", "user")

@@ -44,8 +44,8 @@ from nemo_gym.global_config import (
 from nemo_gym.launcher.head_server import HeadServer, bind_head_socket, build_head_app
 from nemo_gym.launcher.processes import LogSink, exit_code, read_lines_into, spawn, stop_process_groups
 from nemo_gym.launcher.venvs import BuildContext, VenvSpec, build_venv, shared_venv_enabled, venv_spec
-from nemo_gym.servers import http_client
-from nemo_gym.servers.http_client import TransportConfig, TransportError
+from nemo_gym.transport import http_client
+from nemo_gym.transport.http_client import TransportConfig, TransportError
 
 DEFAULT_STARTUP_TIMEOUT_S = 900.0
 """Venv builds and model loads are slow; this bounds the whole launch, builds included."""

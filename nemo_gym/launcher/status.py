@@ -6,8 +6,8 @@ import asyncio
 from typing import Any
 
 from nemo_gym.errors import NeMoGymError
-from nemo_gym.servers import http_client
-from nemo_gym.servers.http_client import TransportConfig, TransportError, response_json
+from nemo_gym.transport import http_client
+from nemo_gym.transport.http_client import TransportConfig, TransportError, response_json
 
 __all__ = ["HeadServerUnreachable", "query_status"]
 

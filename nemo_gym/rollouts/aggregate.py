@@ -18,9 +18,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from nemo_gym.config_types import AGENT_REF_KEY, AggregateMetrics
+from nemo_gym.jsonl import iter_jsonl, write_json_atomic
 from nemo_gym.metrics import aggregate_verify_responses
-from nemo_gym.rollouts.jsonl import iter_jsonl, write_json_atomic
-from nemo_gym.servers import http_client
+from nemo_gym.transport import http_client
 
 logger = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ import orjson
 from tqdm import tqdm
 
 from nemo_gym.config_types import AGENT_REF_KEY
-from nemo_gym.rollouts.jsonl import JsonlWriter, iter_jsonl, repair_tail, write_json_atomic
+from nemo_gym.jsonl import JsonlWriter, iter_jsonl, repair_tail, write_json_atomic
 from nemo_gym.rollouts.materialize import (
     ATTEMPT_INDEX_KEY,
     ROLLOUT_INDEX_KEY,
@@ -35,8 +35,8 @@ from nemo_gym.rollouts.materialize import (
     rollout_key,
 )
 from nemo_gym.rollouts.pool import run_bounded
-from nemo_gym.servers import http_client
-from nemo_gym.servers.http_client import ServerTimeoutError, TransportConfig, TransportError
+from nemo_gym.transport import http_client
+from nemo_gym.transport.http_client import ServerTimeoutError, TransportConfig, TransportError
 
 FAILURE_CLASS_KEY = "_ng_failure_class"
 FAILURE_MESSAGE_KEY = "_ng_failure_message"

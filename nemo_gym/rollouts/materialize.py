@@ -23,7 +23,7 @@ import orjson
 
 from nemo_gym.config_types import AGENT_REF_KEY, ConfigError
 from nemo_gym.datasets.validation import create_params_problem
-from nemo_gym.rollouts.jsonl import JsonlWriter, iter_jsonl
+from nemo_gym.jsonl import JsonlWriter, iter_jsonl
 
 TASK_INDEX_KEY = "_ng_task_index"
 ROLLOUT_INDEX_KEY = "_ng_rollout_index"

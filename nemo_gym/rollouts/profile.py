@@ -20,10 +20,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from nemo_gym.config_types import AGENT_REF_KEY, ConfigError
+from nemo_gym.jsonl import JsonlWriter, iter_jsonl, write_json_atomic
 from nemo_gym.metrics import aggregate_verify_responses, numeric_fields, pass_at_k, summarize_rows
 from nemo_gym.rollouts.aggregate import agent_name_of, sort_grouped, strip_row
 from nemo_gym.rollouts.collector import FAILURE_CLASS_KEY
-from nemo_gym.rollouts.jsonl import JsonlWriter, iter_jsonl, write_json_atomic
 from nemo_gym.rollouts.materialize import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
 from nemo_gym.rollouts.shards import Key, row_key_at
 

@@ -30,6 +30,7 @@ from tqdm import tqdm
 
 from nemo_gym.config.servers import find_server_instances
 from nemo_gym.config_types import AGENT_REF_KEY, ConfigError, is_server_ref
+from nemo_gym.jsonl import JsonlWriter, iter_jsonl, iter_jsonl_spans
 from nemo_gym.rollouts.aggregate import (
     agent_name_of,
     aggregate_metrics_path,
@@ -38,12 +39,11 @@ from nemo_gym.rollouts.aggregate import (
     write_metrics,
 )
 from nemo_gym.rollouts.collector import FAILURE_CLASS_KEY, FAILURE_MESSAGE_KEY, failures_path
-from nemo_gym.rollouts.jsonl import JsonlWriter, iter_jsonl, iter_jsonl_spans
 from nemo_gym.rollouts.materialize import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
 from nemo_gym.rollouts.pool import run_bounded
 from nemo_gym.rollouts.shards import Key, RowIndex, row_key_at
-from nemo_gym.servers import http_client
-from nemo_gym.servers.http_client import ServerTimeoutError, TransportConfig, TransportError
+from nemo_gym.transport import http_client
+from nemo_gym.transport.http_client import ServerTimeoutError, TransportConfig, TransportError
 
 PREVIOUS_REWARD_KEY = "_ng_previous_reward"
 UNSAFE_KEY = "_ng_reverify_unsafe"

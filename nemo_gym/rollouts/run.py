@@ -11,12 +11,12 @@ from omegaconf import DictConfig, OmegaConf
 
 from nemo_gym.config.servers import find_server_instances
 from nemo_gym.config_types import AGENT_REF_KEY, BenchmarkDatasetConfig, ConfigError
+from nemo_gym.jsonl import JsonlWriter, iter_jsonl
 from nemo_gym.rollouts.aggregate import aggregate_metrics_path, compute_metrics, rows_by_agent, write_metrics
 from nemo_gym.rollouts.collector import CollectionOptions, CollectionSummary, RolloutCollector, recorded_fingerprint
 from nemo_gym.rollouts.config import RolloutCollectionConfig
-from nemo_gym.rollouts.jsonl import JsonlWriter, iter_jsonl
 from nemo_gym.rollouts.materialize import Materialized, MaterializeOptions, materialize
-from nemo_gym.servers import http_client
+from nemo_gym.transport import http_client
 
 
 @dataclass

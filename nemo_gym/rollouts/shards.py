@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from nemo_gym.config_types import ConfigError
+from nemo_gym.jsonl import iter_jsonl_spans
 from nemo_gym.rollouts.aggregate import (
     agent_name_of,
     aggregate_metrics_path,
@@ -29,7 +30,6 @@ from nemo_gym.rollouts.aggregate import (
     write_metrics,
 )
 from nemo_gym.rollouts.collector import FAILURE_CLASS_KEY
-from nemo_gym.rollouts.jsonl import iter_jsonl_spans
 from nemo_gym.rollouts.materialize import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
 
 SIDECAR_SUFFIXES = (

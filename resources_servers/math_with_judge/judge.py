@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from nemo_gym.openai_utils import NeMoGymResponse
 from nemo_gym.server_utils import ServerClient
-from nemo_gym.servers.http_client import TransportError, raise_for_status, response_json
+from nemo_gym.transport.http_client import TransportError, raise_for_status, response_json
 from nemo_gym.verifiers.answers import assistant_text
 
 EQUAL_LABEL = "[[A=B]]"

@@ -24,7 +24,7 @@ from nemo_gym.base_responses_api_agent import BaseResponsesAPIAgentConfig, Simpl
 from nemo_gym.config_types import AggregateMetrics, AggregateMetricsRequest, ModelServerRef, ResourcesServerRef
 from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParamsNonStreaming
 from nemo_gym.server_utils import json_response
-from nemo_gym.servers.http_client import TransportError, cookies_from, raise_for_status, response_json
+from nemo_gym.transport.http_client import TransportError, cookies_from, raise_for_status, response_json
 
 RESERVED_ROUTES = frozenset({"seed_session", "verify", "aggregate_metrics", "reverify_mode"})
 _TOOL_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")

@@ -22,7 +22,7 @@ from nemo_gym.openai_utils import (
     NeMoGymResponse,
     NeMoGymResponseCreateParamsNonStreaming,
 )
-from nemo_gym.servers.http_client import raise_for_status, request, response_json
+from nemo_gym.transport.http_client import raise_for_status, request, response_json
 
 
 class OpenAIModelConfig(BaseResponsesAPIModelConfig):

@@ -43,7 +43,7 @@ from nemo_gym.openai_utils import (
 )
 from nemo_gym.responses_converter import THINK_PATTERN, ResponsesConverter
 from nemo_gym.server_utils import SESSION_ID_KEY
-from nemo_gym.servers.http_client import raise_for_status, request, response_json
+from nemo_gym.transport.http_client import raise_for_status, request, response_json
 
 logger = logging.getLogger(__name__)
 

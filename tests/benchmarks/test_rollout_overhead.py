@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "benchmarks" / "rollout_overhead" / "run.py"
+SCRIPT = REPO / "benchmarks" / "performance" / "rollout_overhead" / "run.py"
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 

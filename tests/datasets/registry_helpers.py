@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from nemo_gym.cli.flags import quote
-from nemo_gym.datasets.registry import DatasetNotFoundError, DatasetRegistry, RegistryError
+from nemo_gym.datasets.storage import DatasetNotFoundError, DatasetRegistry, RegistryError
 from tests.datasets.hub_contract_server import HubContractServer
 from tests.helpers import write
 

@@ -267,9 +267,9 @@ def test_download_fetches_missing_sourced_datasets_first(sourced_env, capsys, mo
         calls.append((dataset.name, dataset.source.repo_id, global_config["data_source"]))
         return write_rows(sourced_env / dataset.jsonl_fpath, ENV_B_TRAIN)
 
-    fake = types.ModuleType("nemo_gym.datasets.registry")
+    fake = types.ModuleType("nemo_gym.datasets.storage")
     fake.download_dataset_source = download_dataset_source
-    monkeypatch.setitem(sys.modules, "nemo_gym.datasets.registry", fake)
+    monkeypatch.setitem(sys.modules, "nemo_gym.datasets.storage", fake)
     code, out, err = run(
         capsys,
         "dataset",
@@ -289,7 +289,7 @@ def test_download_fetches_missing_sourced_datasets_first(sourced_env, capsys, mo
 
 
 def test_download_without_registry_support_is_a_clear_error(sourced_env, capsys, monkeypatch):
-    monkeypatch.setitem(sys.modules, "nemo_gym.datasets.registry", None)  # import fails
+    monkeypatch.setitem(sys.modules, "nemo_gym.datasets.storage", None)  # import fails
     code, _, err = run(
         capsys,
         "dataset",
@@ -302,7 +302,7 @@ def test_download_without_registry_support_is_a_clear_error(sourced_env, capsys,
         "o",
         "--download",
     )
-    assert code == 1 and "needs dataset download support (nemo_gym.datasets.registry)" in err
+    assert code == 1 and "needs dataset download support (nemo_gym.datasets.storage)" in err
 
 
 def test_benchmark_datasets_are_rendered_with_their_prompt_config(workdir, capsys):

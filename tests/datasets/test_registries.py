@@ -18,17 +18,16 @@ from nemo_gym.cli.flags import quote
 from nemo_gym.cli.legacy import main as legacy_main
 from nemo_gym.cli.main import main as gym_main
 from nemo_gym.config_types import DatasetConfig
-from nemo_gym.datasets.registry import (
+from nemo_gym.datasets.storage import (
     DatasetRegistry,
     RegistryError,
     download_dataset_source,
     get_registry,
-    validate_artifact,
     validate_version,
     verify_upload_file,
-    write_atomically,
 )
-from nemo_gym.datasets.storage_local import LocalDatasetRegistry
+from nemo_gym.datasets.storage.base import validate_artifact, write_atomically
+from nemo_gym.datasets.storage.local import LocalDatasetRegistry
 from tests.datasets.mlflow_server import mlflow_server_missing, running_mlflow_server
 from tests.datasets.registry_helpers import (
     REPO,
@@ -270,7 +269,7 @@ def mlflow_uri(tmp_path_factory: pytest.TempPathFactory):
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_mlflow_round_trip(mlflow_uri: str, tmp_path: Path):
-    from nemo_gym.datasets.storage_mlflow import MlflowDatasetRegistry
+    from nemo_gym.datasets.storage.mlflow import MlflowDatasetRegistry
 
     registry = get_registry("gitlab", {"mlflow_tracking_uri": mlflow_uri, "mlflow_tracking_token": "unused"})
     assert isinstance(registry, MlflowDatasetRegistry) and not registry.gitlab

@@ -15,8 +15,8 @@ import pytest
 
 from nemo_gym.cli.main import main as gym_main
 from nemo_gym.config_types import DatasetConfig
-from nemo_gym.datasets.registry import DatasetNotFoundError, RegistryError, download_dataset_source, get_registry
-from nemo_gym.datasets.storage_hf import (
+from nemo_gym.datasets.storage import DatasetNotFoundError, RegistryError, download_dataset_source, get_registry
+from nemo_gym.datasets.storage.hf import (
     HfDatasetRegistry,
     collection_slug,
     hf_repo_id,

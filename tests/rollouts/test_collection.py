@@ -200,7 +200,7 @@ async def test_rollout_collection_helper_for_rl_frameworks(workdir, extra_root):
     from nemo_gym.config_types import BaseServerConfig
     from nemo_gym.rollout_collection import RolloutCollectionHelper
     from nemo_gym.server_utils import ServerClient
-    from nemo_gym.servers.http_client import close_session
+    from nemo_gym.transport.http_client import close_session
 
     rows = [
         {

@@ -7,9 +7,9 @@ import asyncio
 import pytest
 from aiohttp import web
 
-from nemo_gym.servers import http_client
-from nemo_gym.servers.admission import FairLimiter, HostGate, QueueTimeout, origin_of
-from nemo_gym.servers.http_client import ServerTimeoutError, TransportConfig, close_session, request
+from nemo_gym.transport import http_client
+from nemo_gym.transport.admission import FairLimiter, HostGate, QueueTimeout, origin_of
+from nemo_gym.transport.http_client import ServerTimeoutError, TransportConfig, close_session, request
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -6,12 +6,12 @@ import pytest
 
 from nemo_gym import config_types
 from nemo_gym.cli import main as cli_main
-from nemo_gym.datasets.registry import DatasetNotFoundError, RegistryError
 from nemo_gym.datasets.render import PromptRenderError
+from nemo_gym.datasets.storage import DatasetNotFoundError, RegistryError
 from nemo_gym.errors import ConfigError, LaunchError, NeMoGymError, TransportError, UserError
 from nemo_gym.launcher import ServerLaunchError, VenvBuildError
 from nemo_gym.launcher.status import HeadServerUnreachable
-from nemo_gym.servers.http_client import ServerRequestError, ServerTimeoutError
+from nemo_gym.transport.http_client import ServerRequestError, ServerTimeoutError
 
 
 @pytest.mark.parametrize(

@@ -19,8 +19,8 @@ import pytest
 from aiohttp import web
 from pydantic import BaseModel
 
-from nemo_gym.servers import http_client
-from nemo_gym.servers.http_client import (
+from nemo_gym.transport import http_client
+from nemo_gym.transport.http_client import (
     ServerRequestError,
     ServerTimeoutError,
     TransportConfig,

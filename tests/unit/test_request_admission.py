@@ -18,8 +18,8 @@ from omegaconf import OmegaConf
 
 from nemo_gym.config_types import BaseServerConfig, ConfigError
 from nemo_gym.server_utils import ServerClient
-from nemo_gym.servers import http_client, runtime, transport_types
-from nemo_gym.servers.admission import NESTED_HEADER, AdmissionMiddleware, in_admitted_request
+from nemo_gym.transport import http_client, runtime, types
+from nemo_gym.transport.admission import NESTED_HEADER, AdmissionMiddleware, in_admitted_request
 from tests.helpers import serving
 
 pytestmark = pytest.mark.timeout(120)
@@ -235,13 +235,13 @@ def test_nested_mark_is_added_to_headers_only_inside_a_request() -> None:
 
 
 def test_default_bound_follows_the_connection_pool_size() -> None:
-    assert runtime.max_active_requests(OmegaConf.create({})) == transport_types.get_default_config().limit_per_host
-    previous = transport_types.get_default_config()
+    assert runtime.max_active_requests(OmegaConf.create({})) == types.get_default_config().limit_per_host
+    previous = types.get_default_config()
     try:
         runtime.configure_transport(OmegaConf.create({"global_aiohttp_connector_limit_per_host": 4096}))
         assert runtime.max_active_requests(OmegaConf.create({})) == 4096
     finally:
-        transport_types.set_default_config(previous)
+        types.set_default_config(previous)
 
 
 def test_instance_setting_beats_the_global_one_and_zero_or_null_means_no_bound() -> None:

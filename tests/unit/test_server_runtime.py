@@ -19,8 +19,8 @@ from pydantic import BaseModel
 
 from nemo_gym.config_types import BaseServerConfig, ConfigError
 from nemo_gym.server_utils import ServerClient
-from nemo_gym.servers import http_client, runtime
-from nemo_gym.servers.server_protocol import _CoalescingTransport
+from nemo_gym.transport import http_client, runtime
+from nemo_gym.transport.server_protocol import _CoalescingTransport
 from tests.helpers import serving
 
 pytestmark = pytest.mark.timeout(60)

@@ -10,9 +10,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from nemo_gym import PARENT_DIR
+from nemo_gym.cli.command import Command, Invocation
 from nemo_gym.cli.flags import Flag
 from nemo_gym.cli.output import console
-from nemo_gym.cli.registry import Command, Invocation
 from nemo_gym.config_types import ConfigError
 
 SEARCH_DIR = Flag(("--search-dir",), "extra root searched for servers before cwd (repeatable)", repeatable=True,

@@ -16,9 +16,9 @@ from nemo_gym.assets import (
     list_environments,
     read_raw_yaml,
 )
+from nemo_gym.cli.command import Command, Invocation, Positional
 from nemo_gym.cli.flags import CONFIG_FLAGS, JSON_FLAG
 from nemo_gym.cli.output import console
-from nemo_gym.cli.registry import Command, Invocation, Positional
 from nemo_gym.config_types import ConfigError
 
 SEARCH_DIR_FLAG = CONFIG_FLAGS[-1]

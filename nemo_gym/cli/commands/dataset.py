@@ -10,9 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from nemo_gym.cli.command import Command, Invocation
 from nemo_gym.cli.flags import CONFIG_FLAGS, Flag
 from nemo_gym.cli.output import GymConsole, console, err_console
-from nemo_gym.cli.registry import Command, Invocation
 from nemo_gym.global_config import parse_global_config_dict
 
 EXIT_INVALID_ROWS = 3

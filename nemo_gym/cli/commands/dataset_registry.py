@@ -16,9 +16,9 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from nemo_gym.cli.command import Command, Invocation
 from nemo_gym.cli.flags import Flag, quote
 from nemo_gym.cli.output import console
-from nemo_gym.cli.registry import Command, Invocation
 from nemo_gym.config_types import ConfigError
 from nemo_gym.global_config import parse_global_config_dict
 
@@ -149,7 +149,7 @@ def upload(invocation: Invocation) -> int:
     if storage == "hf":
         return _upload_hf(config, invocation, always_delete_from_gitlab=False)
     from nemo_gym.config_types import UploadJsonlDatasetGitlabConfig
-    from nemo_gym.datasets.registry import get_registry, verify_upload_file
+    from nemo_gym.datasets.storage import get_registry, verify_upload_file
 
     registry = get_registry(storage, config)
     settings = UploadJsonlDatasetGitlabConfig.model_validate(config)
@@ -173,8 +173,8 @@ def _upload_hf(config: dict[str, Any], invocation: Invocation, always_delete_fro
         UploadJsonlDatasetHuggingFaceConfig,
         UploadJsonlDatasetHuggingFaceMaybeDeleteConfig,
     )
-    from nemo_gym.datasets.registry import HF_UPLOAD_CREDENTIAL_KEYS, get_registry, require_keys, verify_upload_file
-    from nemo_gym.datasets.storage_hf import (
+    from nemo_gym.datasets.storage import HF_UPLOAD_CREDENTIAL_KEYS, get_registry, require_keys, verify_upload_file
+    from nemo_gym.datasets.storage.hf import (
         HfDatasetRegistry,
         collection_slug,
         hf_repo_id,
@@ -237,7 +237,7 @@ def download(invocation: Invocation) -> int:
     if storage == "hf":
         return _download_hf(config, overwrite)
     from nemo_gym.config_types import DownloadJsonlDatasetGitlabConfig
-    from nemo_gym.datasets.registry import get_registry
+    from nemo_gym.datasets.storage import get_registry
 
     registry = get_registry(storage, config)
     if not config.get("output_fpath") and config.get("output_dirpath") and config.get("artifact_fpath"):
@@ -258,7 +258,7 @@ def download(invocation: Invocation) -> int:
 
 def _download_hf(config: dict[str, Any], overwrite: bool) -> int:
     from nemo_gym.config_types import DownloadJsonlDatasetHuggingFaceConfig
-    from nemo_gym.datasets.storage_hf import HfDatasetRegistry
+    from nemo_gym.datasets.storage.hf import HfDatasetRegistry
 
     settings = DownloadJsonlDatasetHuggingFaceConfig.model_validate(config)
     revision = config.get("revision") or None
@@ -289,7 +289,7 @@ def _download_hf(config: dict[str, Any], overwrite: bool) -> int:
 
 def rm(invocation: Invocation) -> int:
     from nemo_gym.config_types import DeleteJsonlDatasetGitlabConfig
-    from nemo_gym.datasets.registry import DatasetNotFoundError, get_registry, validate_version
+    from nemo_gym.datasets.storage import DatasetNotFoundError, get_registry, validate_version
 
     storage = _storage(invocation, "gitlab", ("gitlab", "local"))
     config = _config(invocation)
@@ -317,7 +317,7 @@ def migrate(invocation: Invocation) -> int:
 
 
 def versions(invocation: Invocation) -> int:
-    from nemo_gym.datasets.registry import get_registry
+    from nemo_gym.datasets.storage import get_registry
 
     storage = _storage(invocation, "gitlab")
     config = _config(invocation)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from omegaconf import OmegaConf
 
+from nemo_gym.cli.command import Command, Invocation
 from nemo_gym.cli.flags import CONFIG_FLAGS, MODEL_FLAGS
 from nemo_gym.cli.output import console, print_warning
-from nemo_gym.cli.registry import Command, Invocation
 from nemo_gym.config.servers import find_server_instances
 from nemo_gym.global_config import masked_config_yaml, parse_global_config_dict
 

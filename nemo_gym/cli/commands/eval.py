@@ -9,9 +9,9 @@ from typing import Any
 from omegaconf import DictConfig
 from rich.markup import escape
 
+from nemo_gym.cli.command import Command, Invocation
 from nemo_gym.cli.flags import CONFIG_FLAGS, MODEL_FLAGS, Flag
 from nemo_gym.cli.output import GymConsole, console, err_console
-from nemo_gym.cli.registry import Command, Invocation
 from nemo_gym.config_types import BaseServerConfig
 from nemo_gym.global_config import parse_global_config_dict
 
@@ -44,8 +44,8 @@ RUN_FLAGS = (
 
 
 def run(invocation: Invocation) -> int:
+    from nemo_gym.jsonl import check_writable_output
     from nemo_gym.rollouts.config import RolloutCollectionConfig
-    from nemo_gym.rollouts.jsonl import check_writable_output
     from nemo_gym.rollouts.run import prepare_inputs, run_collection
 
     stderr = err_console
@@ -215,8 +215,8 @@ def profile(invocation: Invocation) -> int:
 
 
 def reverify(invocation: Invocation) -> int:
+    from nemo_gym.jsonl import check_writable_output
     from nemo_gym.rollouts.config import ReverifyConfig
-    from nemo_gym.rollouts.jsonl import check_writable_output
     from nemo_gym.rollouts.reverify import (
         ReverifyOptions,
         config_for_reverify,

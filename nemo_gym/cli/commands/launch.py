@@ -12,9 +12,9 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
+from nemo_gym.cli.command import Command, Invocation
 from nemo_gym.cli.flags import CONFIG_FLAGS, JSON_FLAG, MODEL_FLAGS
 from nemo_gym.cli.output import console, print_error
-from nemo_gym.cli.registry import Command, Invocation
 from nemo_gym.global_config import parse_global_config_dict
 
 

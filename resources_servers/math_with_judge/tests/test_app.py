@@ -18,8 +18,8 @@ from fastapi.testclient import TestClient
 
 from nemo_gym.config_types import AggregateMetricsRequest
 from nemo_gym.server_utils import ServerClient
-from nemo_gym.servers.http_client import ServerRequestError
 from nemo_gym.testing import assistant_response
+from nemo_gym.transport.http_client import ServerRequestError
 from resources_servers.math_with_judge.app import (
     MathWithJudgeResourcesServer,
     MathWithJudgeResourcesServerConfig,

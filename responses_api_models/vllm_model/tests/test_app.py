@@ -16,8 +16,8 @@ from omegaconf import OmegaConf
 
 from nemo_gym.openai_utils import NeMoGymResponse
 from nemo_gym.server_utils import ServerClient
-from nemo_gym.servers.http_client import close_session
 from nemo_gym.testing import FakeUpstream, Reply, serve_in_thread
+from nemo_gym.transport.http_client import close_session
 from responses_api_models.vllm_model.app import VLLMModel, VLLMModelConfig
 
 pytestmark = pytest.mark.timeout(60)

@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from nemo_gym.datasets.registry import (
+from nemo_gym.datasets.storage.base import (
     VERSION_PATTERN,
     DatasetNotFoundError,
     RegistryError,

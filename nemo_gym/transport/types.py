@@ -2,7 +2,7 @@
 
 Kept free of aiohttp so that a server which never calls another one (most resources servers, a mock model) can
 register error handlers and read pool settings without importing the HTTP client: that saves ~10 MB per process.
-:mod:`nemo_gym.servers.http_client` re-exports everything here.
+:mod:`nemo_gym.transport.http_client` re-exports everything here.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """How a server process runs: event loop, HTTP protocol, connection pools, garbage collector, listening socket.
 
-Every choice here was measured with ``benchmarks/rollout_overhead`` (weather environment, instant model, 2 cores);
+Every choice here was measured with ``benchmarks/performance/rollout_overhead`` (weather environment, instant model, 2 cores);
 the docstrings say what each one bought. Settings come from the global config, so ``gym env start`` can change them
 for every server at once.
 """
@@ -16,8 +16,8 @@ import uvicorn
 from pydantic import ValidationError
 
 from nemo_gym.config_types import ConfigError
-from nemo_gym.servers import transport_types
-from nemo_gym.servers.admission import AdmissionMiddleware
+from nemo_gym.transport import types as transport_types
+from nemo_gym.transport.admission import AdmissionMiddleware
 
 __all__ = [
     "MAX_ACTIVE_REQUESTS_KEY",
@@ -73,7 +73,7 @@ def http_protocol() -> Any:
     """httptools (a C parser) with each response sent in one write where installed, else uvicorn's pure-Python h11."""
     if importlib.util.find_spec("httptools") is None:
         return "h11"
-    from nemo_gym.servers.server_protocol import CoalescingHttpToolsProtocol
+    from nemo_gym.transport.server_protocol import CoalescingHttpToolsProtocol
 
     return CoalescingHttpToolsProtocol
 

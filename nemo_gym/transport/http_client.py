@@ -31,8 +31,8 @@ import orjson
 from pydantic import BaseModel
 from yarl import URL
 
-from nemo_gym.servers.admission import NESTED_HEADER, HostGate, QueueTimeout, origin_of
-from nemo_gym.servers.transport_types import (
+from nemo_gym.transport.admission import NESTED_HEADER, HostGate, QueueTimeout, origin_of
+from nemo_gym.transport.types import (
     ServerRequestError,
     ServerTimeoutError,
     TransportConfig,
@@ -368,7 +368,7 @@ async def request(
         url_path: Path used in error messages (defaults to the URL's path).
         config: Timeouts and retry budget for this call (default: :func:`get_default_config`).
         nested: Mark the call as made while serving an admitted request (``X-NeMo-Gym-Nested``), so the target
-            server never queues it (see :mod:`nemo_gym.servers.admission`). :class:`~nemo_gym.server_utils.ServerClient`
+            server never queues it (see :mod:`nemo_gym.transport.admission`). :class:`~nemo_gym.server_utils.ServerClient`
             sets it for calls between servers; calls to outside APIs never carry it.
         retry: ``False`` makes exactly one attempt and returns any status untouched. Otherwise (the default)
             connection errors and 429/502/503/504 are retried up to ``config.max_attempts`` with capped, fully

@@ -36,7 +36,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO))
 
 from stack_probe import (  # noqa: E402
@@ -119,18 +119,18 @@ class FrameworkClient:
     name = "framework"
 
     def __init__(self, concurrency: int, timeout_s: float) -> None:
-        from nemo_gym.servers.http_client import TransportConfig
+        from nemo_gym.transport.http_client import TransportConfig
 
         self._config = TransportConfig(total_timeout_s=timeout_s, max_attempts=1)
 
     async def post(self, url: str, row: dict[str, Any]) -> tuple[int, bytes]:
-        from nemo_gym.servers import http_client
+        from nemo_gym.transport import http_client
 
         resp = await http_client.request("POST", url, json=row, url_path="/run", config=self._config, retry=False)
         return resp.status, await resp.read()
 
     async def close(self) -> None:
-        from nemo_gym.servers import http_client
+        from nemo_gym.transport import http_client
 
         await http_client.close_session()
 

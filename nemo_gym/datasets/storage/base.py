@@ -2,10 +2,10 @@
 
 Three backends store JSONL dataset files under a dataset name and a version:
 
-* ``gitlab``: an MLflow model registry (GitLab's is the one NeMo Gym teams use), see :mod:`.storage_mlflow`;
-* ``hf``: the Hugging Face Hub, one dataset repo per dataset, versions as branches, see :mod:`.storage_hf`;
+* ``gitlab``: an MLflow model registry (GitLab's is the one NeMo Gym teams use), see :mod:`.mlflow`;
+* ``hf``: the Hugging Face Hub, one dataset repo per dataset, versions as branches, see :mod:`.hf`;
 * ``local``: a plain directory with the same ``<name>/<x.y.z>/<file>`` layout, for teams without a server, see
-  :mod:`.storage_local`.
+  :mod:`.local`.
 
 What all of them share lives here: an upload checks the file before anything leaves the machine, and a download
 writes a temporary file beside the target and renames it, so a target is either the old file or the whole new one,
@@ -21,11 +21,6 @@ from collections.abc import Callable, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from nemo_gym.config_types import (
-    DatasetConfig,
-    GitlabDatasetSource,
-    HuggingFaceDatasetSource,
-)
 from nemo_gym.errors import RegistryError
 
 Storage = Literal["gitlab", "hf", "local"]
@@ -191,66 +186,3 @@ def require_keys(config: Mapping[str, Any], keys: tuple[str, ...], backend: str,
     if missing:
         raise missing_keys_error(backend, missing, hint)
     return {key: str(config[key]) for key in keys}
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# Choosing a backend
-
-
-def get_registry(storage: str, global_config: Mapping[str, Any]) -> DatasetRegistry:
-    """The registry for ``storage`` (``gitlab``, ``hf`` or ``local``), configured from the global config.
-
-    Backends import their client library only here, so commands that never touch a registry do not pay for it.
-    """
-    if storage == "local":
-        from nemo_gym.datasets.storage_local import LocalDatasetRegistry
-
-        return LocalDatasetRegistry.from_config(global_config)
-    if storage == "gitlab":
-        from nemo_gym.datasets.storage_mlflow import MlflowDatasetRegistry
-
-        return MlflowDatasetRegistry.from_config(global_config)
-    if storage in ("hf", "huggingface"):
-        from nemo_gym.datasets.storage_hf import HfDatasetRegistry
-
-        return HfDatasetRegistry.from_config(global_config)
-    raise RegistryError(f"unknown dataset storage {storage!r}; choose one of: {', '.join(STORAGES)}")
-
-
-def download_dataset_source(
-    dataset: DatasetConfig, global_config: Mapping[str, Any], *, root: Path | None = None, overwrite: bool = False
-) -> Path:
-    """Fetch a declared dataset from its ``source:`` (or legacy identifier) into its ``jsonl_fpath``.
-
-    With both legacy identifiers set, ``data_source`` (``gitlab`` or ``huggingface``, default ``huggingface``) picks
-    one. A relative ``jsonl_fpath`` is taken relative to ``root`` (default: the working directory).
-    """
-    source = _pick_source(dataset, str(global_config.get("data_source") or "huggingface"))
-    dest = Path(dataset.jsonl_fpath).expanduser()
-    if not dest.is_absolute():
-        dest = (root or Path.cwd()) / dest
-    if isinstance(source, GitlabDatasetSource):
-        storage = str(global_config.get(VERSIONED_STORAGE_KEY) or "gitlab")
-        if storage not in ("gitlab", "local"):
-            raise RegistryError(f"{VERSIONED_STORAGE_KEY} must be gitlab or local, got {storage!r}")
-        registry = get_registry(storage, global_config)
-        return registry.download(source.dataset_name, source.version, source.artifact_fpath, dest, overwrite=overwrite)
-    from nemo_gym.datasets.storage_hf import HfDatasetRegistry
-
-    hf = HfDatasetRegistry.from_config(global_config)
-    if source.artifact_fpath:
-        return hf.download(source.repo_id, None, source.artifact_fpath, dest, overwrite=overwrite)
-    return hf.download_split(source.repo_id, None, dataset.type, dest, overwrite=overwrite)
-
-
-def _pick_source(dataset: DatasetConfig, data_source: str) -> GitlabDatasetSource | HuggingFaceDatasetSource:
-    gitlab, hf = dataset.gitlab_identifier, dataset.huggingface_identifier
-    if gitlab is not None and hf is not None:
-        if data_source not in ("gitlab", "huggingface"):
-            raise RegistryError(f"data_source must be gitlab or huggingface, got {data_source!r}")
-        if data_source == "gitlab":
-            return GitlabDatasetSource(type="gitlab", **gitlab.model_dump())
-        return HuggingFaceDatasetSource(type="huggingface", **hf.model_dump())
-    if dataset.source is None:
-        raise RegistryError(f"dataset {dataset.name!r} declares no `source:` to download {dataset.jsonl_fpath} from")
-    return dataset.source

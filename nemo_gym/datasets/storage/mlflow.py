@@ -23,7 +23,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from nemo_gym.datasets.registry import (
+from nemo_gym.datasets.storage.base import (
     GITLAB_CREDENTIAL_KEYS,
     DatasetNotFoundError,
     RegistryError,

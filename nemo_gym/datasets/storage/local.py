@@ -22,7 +22,7 @@ from typing import Any
 
 import orjson
 
-from nemo_gym.datasets.registry import (
+from nemo_gym.datasets.storage.base import (
     LOCAL_REGISTRY_DIR_KEY,
     DatasetNotFoundError,
     RegistryError,
@@ -32,7 +32,7 @@ from nemo_gym.datasets.registry import (
     version_key,
     write_atomically,
 )
-from nemo_gym.rollouts.jsonl import write_json_atomic
+from nemo_gym.jsonl import write_json_atomic
 
 INDEX_FILENAME = "index.json"
 LOCK_FILENAME = ".lock"
