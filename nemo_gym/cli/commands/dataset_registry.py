@@ -20,6 +20,7 @@ from nemo_gym.cli.command import Command, Invocation
 from nemo_gym.cli.flags import Flag, quote
 from nemo_gym.cli.output import console
 from nemo_gym.config_types import ConfigError
+from nemo_gym.datasets.storage.hub_upload import describe_versions
 from nemo_gym.global_config import parse_global_config_dict
 
 STORAGE_FLAG = Flag(
@@ -133,12 +134,6 @@ def _confirm(question: str, yes: bool) -> None:
         raise ConfigError("cancelled; nothing was deleted")
 
 
-def _describe_versions(versions: list[str]) -> str:
-    if not versions:
-        return "no versions"
-    return f"{len(versions)} version{'s' if len(versions) > 1 else ''}: {', '.join(versions)}"
-
-
 # ---------------------------------------------------------------------------------------------------------------------
 # upload
 
@@ -169,60 +164,18 @@ def upload(invocation: Invocation) -> int:
 
 
 def _upload_hf(config: dict[str, Any], invocation: Invocation, always_delete_from_gitlab: bool) -> int:
-    from nemo_gym.config_types import (
-        UploadJsonlDatasetHuggingFaceConfig,
-        UploadJsonlDatasetHuggingFaceMaybeDeleteConfig,
-    )
-    from nemo_gym.datasets.storage import HF_UPLOAD_CREDENTIAL_KEYS, get_registry, require_keys, verify_upload_file
-    from nemo_gym.datasets.storage.hf import (
-        HfDatasetRegistry,
-        collection_slug,
-        hf_repo_id,
-        resources_server_identity,
-    )
+    from nemo_gym.datasets.storage.hub_upload import upload_to_hub
 
-    require_keys(config, HF_UPLOAD_CREDENTIAL_KEYS, "hf")
-    if always_delete_from_gitlab:
-        settings = UploadJsonlDatasetHuggingFaceConfig.model_validate(config)
-        delete_from_gitlab = True
-    else:
-        settings = UploadJsonlDatasetHuggingFaceMaybeDeleteConfig.model_validate(config)
-        delete_from_gitlab = bool(settings.delete_from_gitlab)
-    directory, domain = resources_server_identity(Path(settings.resource_config_path).expanduser())
-    name = settings.dataset_name or directory
-    repo_id = hf_repo_id(settings.hf_organization, settings.hf_dataset_prefix, domain, name)
-    slug = collection_slug(settings.hf_organization, settings.hf_collection_name, settings.hf_collection_slug)
-    source = Path(settings.input_jsonl_fpath).expanduser()
-    rows = verify_upload_file(source, settings.split)
-    gitlab = None
-    if delete_from_gitlab:
-        gitlab = get_registry("gitlab", config)
-        gitlab_versions = gitlab.list_versions(name)
-        if not gitlab_versions:
-            raise ConfigError(f"dataset {name!r} is not in the gitlab registry, so there is nothing to migrate")
-        _confirm(
-            f"After uploading to {repo_id}, delete dataset {name!r} ({_describe_versions(gitlab_versions)}) from "
-            "the gitlab registry?",
-            bool(invocation.get("yes")),
-        )
-    hf = HfDatasetRegistry.from_config(config)
-    hf.ensure_collection(slug)
-    url = hf.upload(
-        repo_id,
-        settings.revision,
-        source,
-        artifact=config.get("artifact_fpath") or None,
-        overwrite=bool(config.get("overwrite")),
-        create_pr=settings.create_pr,
-        commit_message=settings.commit_message,
-        commit_description=settings.commit_description,
+    yes = bool(invocation.get("yes"))
+    done = upload_to_hub(config, migrate=always_delete_from_gitlab, confirm=lambda question: _confirm(question, yes))
+    console.print(
+        f"Uploaded {done.source} ({done.rows} row(s), split {done.split}) to {done.repo_id}: {done.url}", markup=False
     )
-    added = hf.add_to_collection(repo_id, slug)
-    console.print(f"Uploaded {source} ({rows} row(s), split {settings.split}) to {repo_id}: {url}", markup=False)
-    console.print(f"{'Added to' if added else 'Already in'} collection {slug}", markup=False)
-    if gitlab is not None:
-        gitlab.delete(name)
-        console.print(f"Deleted dataset {name!r} from the gitlab registry", markup=False)
+    console.print(
+        f"{'Added to' if done.added_to_collection else 'Already in'} collection {done.collection}", markup=False
+    )
+    if done.deleted_from_gitlab is not None:
+        console.print(f"Deleted dataset {done.deleted_from_gitlab!r} from the gitlab registry", markup=False)
     return 0
 
 
@@ -304,7 +257,7 @@ def rm(invocation: Invocation) -> int:
             f"dataset {settings.dataset_name!r} has no version {version} (has: {', '.join(versions)})"
         )
     name = settings.dataset_name
-    what = f"version {version} of dataset {name!r}" if version else f"dataset {name!r} ({_describe_versions(versions)})"
+    what = f"version {version} of dataset {name!r}" if version else f"dataset {name!r} ({describe_versions(versions)})"
     _confirm(f"Delete {what} from the {storage} registry?", bool(invocation.get("yes")))
     registry.delete(name, version)
     console.print(f"Deleted {what} from the {storage} registry", markup=False)
