@@ -149,7 +149,7 @@ def read_turn(body: StepRequest) -> Turn:
     choice = choices.pop()
     if choice not in ("hit", "stand"):
         return Turn(None, f"Unknown action {choice!r}. {_HOW_TO_ACT}")
-    return Turn(choice)  # type: ignore[arg-type]
+    return Turn(choice)
 
 
 def _tool_action(arguments: dict[str, Any] | None, parse_error: str | None) -> tuple[Action | None, str | None]:

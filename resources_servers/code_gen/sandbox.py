@@ -88,7 +88,7 @@ def namespace_prefix() -> tuple[str, ...] | None:
     if unshare is None:
         return None
     base = ("--net", "--pid", "--fork", "--kill-child")
-    candidates = [(unshare, *base)] if os.geteuid() == 0 else []
+    candidates: list[tuple[str, ...]] = [(unshare, *base)] if os.geteuid() == 0 else []
     candidates.append((unshare, "--map-root-user", *base))
     for candidate in candidates:
         try:

@@ -24,7 +24,7 @@ from nemo_gym.base_resources_server import (
     ReverifyMode,
     SimpleResourcesServer,
 )
-from nemo_gym.openai_utils import NeMoGymResponse
+from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseFunctionToolCall
 
 SUBMIT_TOOL_NAME = "extract_synonym_values"
 LOOKUP_TOOL_NAME = "get_synonym_value"
@@ -86,7 +86,11 @@ class MultiStepVerifyResponse(MultiStepVerifyRequest):
 def last_submission(response: NeMoGymResponse) -> tuple[list[int] | None, SubmissionStatus]:
     """The values of the last ``extract_synonym_values`` call: only the final answer counts, earlier ones are drafts."""
     call = next(
-        (item for item in reversed(response.output) if item.type == "function_call" and item.name == SUBMIT_TOOL_NAME),
+        (
+            item
+            for item in reversed(response.output)
+            if isinstance(item, NeMoGymResponseFunctionToolCall) and item.name == SUBMIT_TOOL_NAME
+        ),
         None,
     )
     if call is None:
@@ -129,7 +133,7 @@ class ExampleMultiStepResourcesServer(SimpleResourcesServer):
             set_overlap = 1.0 if actual == [] else 0.0
         trap = body.minefield_label_value
         wrong_order = actual is not None and not accuracy and sorted(actual) == sorted(expected)
-        names = [item.name for item in body.response.output if item.type == "function_call"]
+        names = [item.name for item in body.response.output if isinstance(item, NeMoGymResponseFunctionToolCall)]
         return MultiStepVerifyResponse(
             **body.model_dump(),
             reward=float(accuracy),

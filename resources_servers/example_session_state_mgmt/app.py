@@ -15,7 +15,7 @@ from collections import OrderedDict
 from typing import ClassVar
 
 from fastapi import FastAPI, Request
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, PrivateAttr
 
 from nemo_gym.base_resources_server import (
     BaseResourcesServerConfig,
@@ -25,6 +25,7 @@ from nemo_gym.base_resources_server import (
     ReverifyMode,
     SimpleResourcesServer,
 )
+from nemo_gym.openai_utils import NeMoGymResponseFunctionToolCall
 from nemo_gym.server_utils import SESSION_ID_KEY
 
 DEFAULT_MAX_SESSIONS = 100_000
@@ -103,11 +104,16 @@ class SessionStateVerifyResponse(SessionStateVerifyRequest):
 
 class ExampleSessionStateMgmtResourcesServer(SimpleResourcesServer):
     config: ExampleSessionStateMgmtResourcesServerConfig
-    store: CounterStore | None = None
+    _store: CounterStore = PrivateAttr()
 
     def model_post_init(self, context: object, /) -> None:
-        if self.store is None:
-            self.store = CounterStore(self.config.max_sessions)
+        super().model_post_init(context)
+        self._store = CounterStore(self.config.max_sessions)
+
+    @property
+    def store(self) -> CounterStore:
+        """Session id -> that rollout's counter."""
+        return self._store
 
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()
@@ -133,7 +139,7 @@ class ExampleSessionStateMgmtResourcesServer(SimpleResourcesServer):
 
     async def verify(self, request: Request, body: SessionStateVerifyRequest) -> SessionStateVerifyResponse:
         final_count = self.store.pop(request.session[SESSION_ID_KEY])
-        calls = [item.name for item in body.response.output if item.type == "function_call"]
+        calls = [item.name for item in body.response.output if isinstance(item, NeMoGymResponseFunctionToolCall)]
         return SessionStateVerifyResponse(
             **body.model_dump(),
             reward=1.0 if final_count is not None and final_count == body.expected_count else 0.0,

@@ -18,6 +18,7 @@ from nemo_gym.base_resources_server import (
     ReverifyMode,
     SimpleResourcesServer,
 )
+from nemo_gym.openai_utils import NeMoGymResponseFunctionToolCall
 
 
 class ExampleSingleToolCallResourcesServerConfig(BaseResourcesServerConfig):
@@ -47,7 +48,7 @@ class ExampleSingleToolCallResourcesServer(SimpleResourcesServer):
 
     async def verify(self, body: BaseVerifyRequest) -> BaseVerifyResponse:
         items = body.response.output
-        called = any(item.type == "function_call" and item.name == "get_weather" for item in items)
+        called = any(isinstance(item, NeMoGymResponseFunctionToolCall) and item.name == "get_weather" for item in items)
         answered = any(item.type == "message" for item in items)
         return BaseVerifyResponse(**body.model_dump(), reward=1.0 if called and answered else 0.0)
 

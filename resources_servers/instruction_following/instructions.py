@@ -53,7 +53,7 @@ def build(instruction_id: str, kwargs: dict[str, Any] | None) -> Instruction:
     return cls(**{key: value for key, value in (kwargs or {}).items() if value is not None})
 
 
-def _counted(count: int, relation: str, target: int, noun: str) -> Outcome:
+def _counted(count: int, relation: Relation, target: int, noun: str) -> Outcome:
     return Outcome(compare(count, relation, target), f"{count} {noun}; needs {relation} {target}")
 
 

@@ -123,12 +123,13 @@ class MathWithJudgeResourcesServer(SimpleResourcesServer):
                 fields |= {"timed_out": result.timed_out, "verifier_error": result.error}
         library_reward = fields.get("library_reward", 0.0)
         reward = library_reward
-        if self.config.should_use_judge and library_reward < 1.0 and text.strip() and not fields.get("timed_out"):
+        judge = self.config.judge_model_server if self.config.should_use_judge else None
+        if judge is not None and library_reward < 1.0 and text.strip() and not fields.get("timed_out"):
             candidate = fields.get("extracted_answer") or text[-2000:]
             try:
                 equal, evaluations = await judge_equivalence(
                     self.server_client,
-                    self.config.judge_model_server.name,
+                    judge.name,
                     self.config.judge_responses_create_params,
                     question=body.question or "",
                     gold=expected,

@@ -165,6 +165,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--num-needles", type=int, default=4)
     parser.add_argument("--num-decoys", type=int, default=3)
     args = parser.parse_args(argv)
+    specs: tuple[tuple[int, int, int, int], ...]
     if args.size is None:
         specs = EXAMPLES
     else:

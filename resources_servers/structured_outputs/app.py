@@ -135,11 +135,11 @@ class StructuredOutputsResourcesServer(SimpleResourcesServer):
         tool = next((t for t in body.responses_create_params.tools or [] if t.name == body.tool_name), None)
         if tool is None or not isinstance(tool.parameters, dict):
             raise _Failure("schema_error", f"no schema in the row and no parameters for tool {body.tool_name!r}")
-        schema = tool.parameters
-        if body.tool_payload_key is not None:
-            schema = (schema.get("properties") or {}).get(body.tool_payload_key)
-            if not isinstance(schema, dict):
-                raise _Failure("schema_error", f"tool {tool.name!r} has no parameter {body.tool_payload_key!r}")
+        if body.tool_payload_key is None:
+            return tool.parameters
+        schema = (tool.parameters.get("properties") or {}).get(body.tool_payload_key)
+        if not isinstance(schema, dict):
+            raise _Failure("schema_error", f"tool {tool.name!r} has no parameter {body.tool_payload_key!r}")
         return schema
 
     def _text_payload(self, body: StructuredOutputsVerifyRequest, schema: dict[str, Any]) -> tuple[Any, str]:

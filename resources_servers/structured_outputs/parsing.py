@@ -141,7 +141,8 @@ def _json_type(value: Any) -> str:
         return "integer"
     if isinstance(value, float):
         return "number"
-    return {str: "string", list: "array", dict: "object"}.get(type(value), "string")
+    names: dict[type, str] = {str: "string", list: "array", dict: "object"}
+    return names.get(type(value), "string")
 
 
 # ----------------------------------------------------------------------------------------------------------------------

@@ -116,7 +116,10 @@ class ToolCallMatchResourcesServer(SimpleResourcesServer):
             expected,
             predicted,
             ordered,
-            lambda e, p: e.name == p.name and arguments_match(e.arguments, p.arguments, options),
+            # Expected arguments are never None: ExpectedCall rejects a row whose arguments are not an object.
+            lambda e, p: (
+                e.name == p.name and e.arguments is not None and arguments_match(e.arguments, p.arguments, options)
+            ),
         )
         extra = len(predicted) - len(full)
         if not expected:

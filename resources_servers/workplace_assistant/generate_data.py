@@ -144,7 +144,7 @@ def build_world(rng: random.Random) -> dict[str, list[Any]]:
         for i, company in enumerate(companies)
     ]  # fmt: skip
 
-    visits = []
+    visits: list[Visit] = []
     for day in _days(date(2024, 2, 1), NOW.date()):
         for _ in range(rng.randint(6, 16)):
             visits.append(

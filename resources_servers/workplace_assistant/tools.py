@@ -201,7 +201,7 @@ class EmailReplyArguments(EmailIdArguments):
 
 @tool("email_reply", "Reply to an email (to its sender, subject 'Re: ...').", EmailReplyArguments)
 def email_reply(world: World, args: EmailReplyArguments) -> dict[str, Any]:
-    original = _find(world, "emails", args.email_id)[1]
+    original = world.emails[_find(world, "emails", args.email_id)[0]]
     to = original.recipient if original.sender == OWNER_EMAIL else original.sender
     subject = original.subject if original.subject.lower().startswith("re:") else f"Re: {original.subject}"
     return _send(world, to, subject, args.body)
@@ -213,7 +213,7 @@ class EmailForwardArguments(EmailIdArguments):
 
 @tool("email_forward", "Forward an email to someone (subject 'Fwd: ...', same body).", EmailForwardArguments)
 def email_forward(world: World, args: EmailForwardArguments) -> dict[str, Any]:
-    original = _find(world, "emails", args.email_id)[1]
+    original = world.emails[_find(world, "emails", args.email_id)[0]]
     return _send(world, args.recipient, f"Fwd: {original.subject}", original.body)
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import csv
 import re
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, replace
 from datetime import date, datetime
 from functools import cache
 from pathlib import Path
@@ -164,8 +164,10 @@ class World:
 
     def copy(self) -> World:
         """An independent world: mutable tables are new lists of the same (immutable) records."""
-        return World(**{f.name: list(getattr(self, f.name)) if f.name in TABLES else getattr(self, f.name)
-                        for f in fields(self)})  # fmt: skip
+        world = replace(self)
+        for name in TABLES:
+            setattr(world, name, list(getattr(self, name)))
+        return world
 
     def new_id(self, table: str) -> str:
         """The next free ``PREFIX-NNNN`` id of a table."""

@@ -108,7 +108,8 @@ def _allowed_headers(tools: list[Tool], tool_choice: Any) -> list[str]:
     if tool_choice == "required":
         return call_headers
     if isinstance(tool_choice, dict):
-        spec = tool_choice.get("function") if isinstance(tool_choice.get("function"), dict) else tool_choice
+        function = tool_choice.get("function")
+        spec = function if isinstance(function, dict) else tool_choice
         name = spec.get("name")
         if name not in {t.name for t in tools}:
             raise ValueError(f"tool_choice names unknown tool {name!r}")

@@ -60,7 +60,8 @@ def normalize_tools(tools: Sequence[dict[str, Any]] | None) -> list[Tool]:
     for tool in tools or []:
         if tool.get("type", "function") != "function":
             continue
-        spec = tool.get("function") if isinstance(tool.get("function"), dict) else tool
+        function = tool.get("function")
+        spec = function if isinstance(function, dict) else tool
         name = spec.get("name")
         if not isinstance(name, str) or not _TOOL_NAME_RE.match(name):
             raise ValueError(f"Invalid tool name: {name!r}")
