@@ -15,7 +15,7 @@ from typing import Any, Literal
 import yaml
 
 from nemo_gym.config.roots import find_path, search_roots
-from nemo_gym.config_types import ConfigError
+from nemo_gym.errors import ConfigError
 from nemo_gym.registry import ENVIRONMENT_CONFIG_FILENAME, EnvironmentEntry, discover_environments
 
 ComponentType = Literal["resources_servers", "responses_api_models", "responses_api_agents"]

@@ -24,11 +24,31 @@ from fastapi import FastAPI, HTTPException, Request
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from nemo_gym.base_resources_server import BaseResourcesServerConfig, ReverifyMode
-from nemo_gym.config_types import AggregateMetrics, AggregateMetricsRequest
-from nemo_gym.metrics import aggregate_verify_responses
+from nemo_gym.metrics import AggregateMetrics, AggregateMetricsRequest, aggregate_verify_responses
 from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParamsNonStreaming
 from nemo_gym.server_utils import SESSION_ID_KEY, SimpleServer
 from nemo_gym.session_store import DEFAULT_MAX_SESSIONS, SessionStore
+
+__all__ = [
+    "DEFAULT_MAX_SESSIONS",
+    "SESSION_ID_KEY",
+    "AggregateMetrics",
+    "AggregateMetricsRequest",
+    "BaseGymnasiumServerConfig",
+    "BaseResourcesServerConfig",
+    "CloseResponse",
+    "GymnasiumServer",
+    "NeMoGymResponse",
+    "NeMoGymResponseCreateParamsNonStreaming",
+    "ResetRequest",
+    "ResetResponse",
+    "ReverifyMode",
+    "SessionStore",
+    "SimpleServer",
+    "StepRequest",
+    "StepResponse",
+    "aggregate_verify_responses",
+]
 
 
 class BaseGymnasiumServerConfig(BaseResourcesServerConfig):

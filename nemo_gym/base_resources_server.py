@@ -12,10 +12,29 @@ from typing import ClassVar, Literal
 from fastapi import FastAPI
 from pydantic import BaseModel, ConfigDict
 
-from nemo_gym.config_types import AggregateMetrics, AggregateMetricsRequest, BaseRunServerInstanceConfig
-from nemo_gym.metrics import aggregate_verify_responses
+from nemo_gym.config.server_models import BaseRunServerInstanceConfig
+from nemo_gym.metrics import AggregateMetrics, AggregateMetricsRequest, aggregate_verify_responses
 from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParamsNonStreaming
 from nemo_gym.server_utils import SimpleServer
+
+__all__ = [
+    "AggregateMetrics",
+    "AggregateMetricsRequest",
+    "BaseMultiRewardVerifyResponse",
+    "BaseResourcesServerConfig",
+    "BaseRunRequest",
+    "BaseRunServerInstanceConfig",
+    "BaseSeedSessionRequest",
+    "BaseSeedSessionResponse",
+    "BaseVerifyRequest",
+    "BaseVerifyResponse",
+    "NeMoGymResponse",
+    "NeMoGymResponseCreateParamsNonStreaming",
+    "ReverifyMode",
+    "SimpleResourcesServer",
+    "SimpleServer",
+    "aggregate_verify_responses",
+]
 
 ReverifyMode = Literal["stateless", "unsupported", "unknown"]
 

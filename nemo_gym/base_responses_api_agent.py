@@ -13,10 +13,25 @@ import orjson
 from fastapi import FastAPI, Request, Response
 
 from nemo_gym.base_resources_server import BaseRunRequest, BaseVerifyResponse
-from nemo_gym.config_types import AggregateMetrics, AggregateMetricsRequest, BaseRunServerInstanceConfig
-from nemo_gym.metrics import aggregate_verify_responses
+from nemo_gym.config.server_models import BaseRunServerInstanceConfig
+from nemo_gym.metrics import AggregateMetrics, AggregateMetricsRequest, aggregate_verify_responses
 from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParamsNonStreaming
 from nemo_gym.server_utils import SimpleServer
+
+__all__ = [
+    "AggregateMetrics",
+    "AggregateMetricsRequest",
+    "BaseResponsesAPIAgentConfig",
+    "BaseRunRequest",
+    "BaseRunServerInstanceConfig",
+    "BaseVerifyResponse",
+    "NeMoGymResponse",
+    "NeMoGymResponseCreateParamsNonStreaming",
+    "SimpleResponsesAPIAgent",
+    "SimpleServer",
+    "add_usage",
+    "aggregate_verify_responses",
+]
 
 
 class BaseResponsesAPIAgentConfig(BaseRunServerInstanceConfig):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
-from nemo_gym.config_types import BaseRunServerInstanceConfig
+from nemo_gym.config.server_models import BaseRunServerInstanceConfig
 from nemo_gym.openai_utils import (
     NeMoGymChatCompletion,
     NeMoGymChatCompletionCreateParamsNonStreaming,
@@ -16,6 +16,17 @@ from nemo_gym.openai_utils import (
     NeMoGymResponseCreateParamsNonStreaming,
 )
 from nemo_gym.server_utils import SimpleServer
+
+__all__ = [
+    "BaseResponsesAPIModelConfig",
+    "BaseRunServerInstanceConfig",
+    "NeMoGymChatCompletion",
+    "NeMoGymChatCompletionCreateParamsNonStreaming",
+    "NeMoGymResponse",
+    "NeMoGymResponseCreateParamsNonStreaming",
+    "SimpleResponsesAPIModel",
+    "SimpleServer",
+]
 
 
 class BaseResponsesAPIModelConfig(BaseRunServerInstanceConfig):

@@ -25,9 +25,11 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from pydantic import ConfigDict, Field
 
+from nemo_gym.config.command_config import BaseNeMoGymCLIConfig
+from nemo_gym.config.datasets import BenchmarkDatasetConfig
 from nemo_gym.config.roots import candidate_paths, search_roots
 from nemo_gym.config.servers import find_server_instances
-from nemo_gym.config_types import BaseNeMoGymCLIConfig, BenchmarkDatasetConfig, ConfigError
+from nemo_gym.errors import ConfigError
 
 
 class PrepareBenchmarksConfig(BaseNeMoGymCLIConfig):

@@ -10,15 +10,32 @@ person" from a bug. Each branch says whose move it is:
 * :class:`TransportError` — a call between servers failed (connection, HTTP status, deadline).
 
 The CLI prints any of them as one line and exits 1 (``-v`` adds the traceback); anything else is a bug and keeps its
-traceback. The concrete classes live with the code that raises them and are re-exported by the public faces
-(``nemo_gym.config_types``, ``nemo_gym.launcher``, ...); this module imports nothing, so any module can use it.
+traceback. The config errors NeMo Gym names (``ConfigPathNotFoundError``, ...) are defined here too; other concrete
+classes live with the code that raises them. The public faces re-export them (``nemo_gym.config_types``, ...); this
+module imports nothing, so any module can use it.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["ConfigError", "LaunchError", "NeMoGymError", "RegistryError", "TransportError", "UserError"]
+__all__ = [
+    "AlmostServerError",
+    "ConfigError",
+    "ConfigInterpolationError",
+    "ConfigMissingValuesError",
+    "ConfigPathNotFoundError",
+    "InheritPathNotFoundError",
+    "LaunchError",
+    "MalformedConfigPathsError",
+    "NeMoGymError",
+    "NoServerInstancesError",
+    "RegistryError",
+    "SandboxCreateError",
+    "ServerRefNotFoundError",
+    "TransportError",
+    "UserError",
+]
 
 
 class NeMoGymError(Exception):
@@ -37,8 +54,51 @@ class ConfigError(UserError):
     """
 
 
+# The config errors NeMo Gym names. Each is also the builtin error its callers historically caught.
+
+
+class ConfigPathNotFoundError(ConfigError, FileNotFoundError):
+    """A config_paths entry could not be found in the cwd or the Gym install location."""
+
+
+class MalformedConfigPathsError(ConfigError, ValueError):
+    """config_paths was not a list of paths (e.g. a scalar string was passed)."""
+
+
+class NoServerInstancesError(ConfigError, ValueError):
+    """A run was requested but the merged config defines no server instances to start."""
+
+
+class ConfigMissingValuesError(ConfigError, ValueError):
+    """One or more required config values are still unset (OmegaConf '???') after merging."""
+
+
+class ServerRefNotFoundError(ConfigError, ValueError):
+    """A server cross-reference points to an instance that is not defined in the merged config."""
+
+
+class InheritPathNotFoundError(ConfigError, ValueError):
+    """An _inherit_from / swap / copy directive references a config path that does not exist."""
+
+
+class AlmostServerError(ConfigError, ValueError):
+    """One or more server blocks are almost-servers (right shape, failed validation) and error_on_almost_servers is
+    set, so the run is aborted."""
+
+
+class ConfigInterpolationError(ConfigError, ValueError):
+    """A ``${...}`` interpolation in the merged config cannot be resolved."""
+
+
 class LaunchError(NeMoGymError):
     """Servers could not be brought up: a venv build failed, or a server process could not start or exited."""
+
+
+class SandboxCreateError(LaunchError, RuntimeError):
+    """A sandbox provider could not create a sandbox: its runtime is missing, the image failed, or it never got ready.
+
+    Also a ``RuntimeError``, as in NeMo Gym, so code written against NeMo Gym's sandbox API keeps catching it.
+    """
 
 
 class RegistryError(NeMoGymError):

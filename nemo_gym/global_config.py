@@ -24,8 +24,9 @@ from nemo_gym.config.compose import (
     compose,
 )
 from nemo_gym.config.secrets import mask_secrets
+from nemo_gym.config.server_models import ServerInstanceConfig
 from nemo_gym.config.servers import find_server_instances
-from nemo_gym.config_types import ConfigError, ServerInstanceConfig
+from nemo_gym.errors import ConfigError
 
 NEMO_GYM_CONFIG_FILE_ENV_VAR_NAME = "NEMO_GYM_CONFIG_FILE"
 """Path of the resolved config YAML written by the launcher for its children."""
@@ -43,9 +44,15 @@ __all__ = [
     "NEMO_GYM_CONFIG_DICT_ENV_VAR_NAME",
     "NEMO_GYM_CONFIG_FILE_ENV_VAR_NAME",
     "NEMO_GYM_CONFIG_PATH_ENV_VAR_NAME",
+    "ComposeOptions",
+    "ConfigError",
+    "ServerInstanceConfig",
+    "compose",
+    "find_server_instances",
     "get_global_config_dict",
-    "get_server_instance_configs",
     "get_server_instance_config",
+    "get_server_instance_configs",
+    "mask_secrets",
     "masked_config_yaml",
     "maybe_get_global_config_dict",
     "parse_global_config_dict",

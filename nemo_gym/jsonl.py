@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from nemo_gym.config_types import ConfigError, ConfigPathNotFoundError
+from nemo_gym.errors import ConfigError, ConfigPathNotFoundError
 
 
 def iter_jsonl(path: Path, limit: int | None = None) -> Iterator[tuple[int, dict[str, Any]]]:

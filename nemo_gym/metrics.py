@@ -1,7 +1,8 @@
 """Metrics over verified rollouts: summary statistics, per-task groups, and pass@k / majority@k helpers.
 
 Environments call these from their ``/aggregate_metrics`` (or override it); the keys are flat strings such as
-``mean/reward`` so they can be logged to W&B or MLflow as they are.
+``mean/reward`` so they can be logged to W&B or MLflow as they are. The route's request and answer models
+(``AggregateMetricsRequest``, ``AggregateMetrics``) are defined here, beside the code that fills them.
 """
 
 from __future__ import annotations
@@ -12,11 +13,65 @@ from collections import Counter, defaultdict
 from collections.abc import Hashable, Iterable, Sequence
 from typing import Any
 
-from nemo_gym.config_types import AggregateMetrics
+from pydantic import BaseModel
 
 TASK_INDEX_KEY_NAME = "_ng_task_index"
 ROLLOUT_INDEX_KEY_NAME = "_ng_rollout_index"
 _SKIPPED_FIELDS = {TASK_INDEX_KEY_NAME, ROLLOUT_INDEX_KEY_NAME, "_ng_attempt_index"}
+
+__all__ = [
+    "ROLLOUT_INDEX_KEY_NAME",
+    "TASK_INDEX_KEY_NAME",
+    "AggregateMetrics",
+    "AggregateMetricsRequest",
+    "WANDBConfig",
+    "aggregate_verify_responses",
+    "category_metrics",
+    "group_by_task",
+    "majority_at_k",
+    "majority_metrics",
+    "numeric_fields",
+    "pass_at_k",
+    "pass_metrics",
+    "summarize",
+    "summarize_rows",
+]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Wire types of /aggregate_metrics (NeMo Gym also exports them from nemo_gym.config_types)
+
+
+class AggregateMetricsRequest(BaseModel):
+    """POST body for /aggregate_metrics.
+
+    Each item is a stripped verify response dict containing at minimum the task index (``_ng_task_index``) and
+    ``reward``.
+    """
+
+    verify_responses: list[dict[str, Any]]
+
+
+class AggregateMetrics(BaseModel):
+    """Response from /aggregate_metrics.
+
+    Flat string keys for direct logging to W&B/MLflow.
+    """
+
+    agent_metrics: dict[str, Any]
+    key_metrics: dict[str, Any]
+    group_level_metrics: list[dict[str, Any]]
+
+
+class WANDBConfig(BaseModel):
+    is_available: bool
+    wandb_api_key: str | None = None
+    wandb_project: str | None = None
+    wandb_name: str | None = None
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Statistics
 
 
 def numeric_fields(row: dict[str, Any]) -> dict[str, float]:

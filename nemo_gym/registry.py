@@ -18,6 +18,14 @@ import yaml
 
 from nemo_gym import PARENT_DIR
 
+__all__ = [
+    "ENVIRONMENTS_DIR",
+    "ENVIRONMENT_CONFIG_FILENAME",
+    "PARENT_DIR",
+    "EnvironmentEntry",
+    "discover_environments",
+]
+
 ENVIRONMENTS_DIR = PARENT_DIR / "environments"
 ENVIRONMENT_CONFIG_FILENAME = "config.yaml"
 

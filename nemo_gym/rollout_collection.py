@@ -13,12 +13,21 @@ from typing import Any
 
 import orjson
 
-from nemo_gym.config_types import AGENT_REF_KEY, BaseServerConfig, ConfigError
+from nemo_gym.config.datasets import AGENT_REF_KEY
+from nemo_gym.config.server_models import BaseServerConfig
+from nemo_gym.errors import ConfigError
 from nemo_gym.rollouts.config import RolloutCollectionConfig
 from nemo_gym.server_utils import ServerClient
 from nemo_gym.transport import http_client
 
-__all__ = ["RolloutCollectionConfig", "RolloutCollectionHelper"]
+__all__ = [
+    "AGENT_REF_KEY",
+    "BaseServerConfig",
+    "ConfigError",
+    "RolloutCollectionConfig",
+    "RolloutCollectionHelper",
+    "ServerClient",
+]
 
 
 class RolloutCollectionHelper:

@@ -27,12 +27,8 @@ from omegaconf import DictConfig, OmegaConf
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from nemo_gym.config.ports import LISTEN_FD_ENV_VAR
-from nemo_gym.config_types import (
-    SERVER_TYPES,
-    BaseRunServerInstanceConfig,
-    BaseServerConfig,
-    ConfigError,
-)
+from nemo_gym.config.server_models import SERVER_TYPES, BaseRunServerInstanceConfig, BaseServerConfig
+from nemo_gym.errors import ConfigError
 from nemo_gym.global_config import (
     DEFAULT_HEAD_SERVER_PORT,
     DEFAULT_HOST,
@@ -57,13 +53,30 @@ SESSION_ID_KEY = "session_id"
 HEAD_SERVER_URL_ENV_VAR = "NEMO_GYM_HEAD_SERVER_URL"
 
 __all__ = [
+    "DEFAULT_HEAD_SERVER_PORT",
+    "DEFAULT_HOST",
+    "HEAD_SERVER_URL_ENV_VAR",
+    "LISTEN_FD_ENV_VAR",
+    "NEMO_GYM_CONFIG_PATH_ENV_VAR_NAME",
+    "SERVER_TYPES",
     "SESSION_ID_KEY",
+    "BaseRunServerInstanceConfig",
     "BaseServer",
+    "BaseServerConfig",
+    "ConfigError",
     "ServerClient",
+    "ServerTimeoutError",
+    "SessionCookieMiddleware",
     "SimpleServer",
+    "TransportError",
+    "fetch_config_from_head_server",
+    "get_global_config_dict",
     "get_response_json",
+    "in_admitted_request",
     "json_response",
+    "maybe_get_global_config_dict",
     "raise_for_status",
+    "raise_open_file_limit",
 ]
 
 

@@ -143,7 +143,7 @@ def local_server_client() -> Any:
     """A ``ServerClient`` whose config starts empty; :func:`serve_servers` registers each server it starts."""
     from omegaconf import OmegaConf
 
-    from nemo_gym.config_types import BaseServerConfig
+    from nemo_gym.config.server_models import BaseServerConfig
     from nemo_gym.server_utils import ServerClient
 
     return ServerClient(

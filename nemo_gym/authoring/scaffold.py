@@ -11,7 +11,7 @@ import json
 import keyword
 from pathlib import Path
 
-from nemo_gym.config_types import ConfigError
+from nemo_gym.errors import ConfigError
 
 APP = '''"""{name}: describe what this environment trains here.
 

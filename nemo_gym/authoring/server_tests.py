@@ -18,7 +18,7 @@ from pathlib import Path
 import orjson
 
 from nemo_gym.config.roots import search_roots
-from nemo_gym.config_types import ConfigError
+from nemo_gym.errors import ConfigError
 from nemo_gym.launcher.venvs import BuildContext, build_venv, venv_spec
 
 SERVER_TYPES = ("resources_servers", "responses_api_agents", "responses_api_models")

@@ -20,7 +20,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from nemo_gym.assets import SelectorKind, resolve_selector
 from nemo_gym.config.roots import EXTRA_ROOTS_ENV_VAR
-from nemo_gym.config_types import ConfigError
+from nemo_gym.errors import ConfigError
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from nemo_gym.config.includes import expand_config_paths, normalize_config_paths
 from nemo_gym.config.overrides import apply_overrides, overrides_as_dict, parse_overrides
 from nemo_gym.config.ports import reserve_port
 from nemo_gym.config.roots import find_path
+from nemo_gym.config.server_models import ServerInstanceConfig
 from nemo_gym.config.servers import (
     check_server_refs,
     find_server_instances,
@@ -40,13 +41,7 @@ from nemo_gym.config.servers import (
 from nemo_gym.config.tree import MISSING, deep_merge, iter_leaves
 from nemo_gym.config.validation import SourceLocator, check_server_blocks, check_settings
 from nemo_gym.config.yaml_files import load_yaml_file
-from nemo_gym.config_types import (
-    ConfigError,
-    ConfigInterpolationError,
-    ConfigMissingValuesError,
-    NoServerInstancesError,
-    ServerInstanceConfig,
-)
+from nemo_gym.errors import ConfigError, ConfigInterpolationError, ConfigMissingValuesError, NoServerInstancesError
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_HEAD_SERVER_PORT = 11000

@@ -18,7 +18,7 @@ import re
 from typing import Any
 
 from nemo_gym.config.tree import MISSING, deep_merge, delete_path, get_path, has_path, split_path
-from nemo_gym.config_types import ConfigError, InheritPathNotFoundError
+from nemo_gym.errors import ConfigError, InheritPathNotFoundError
 
 INHERIT_KEY = "_inherit_from"
 COPY_KEY = "_copy"

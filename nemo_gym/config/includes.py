@@ -14,7 +14,7 @@ from typing import Any
 
 from nemo_gym.config.roots import candidate_paths, find_path
 from nemo_gym.config.yaml_files import load_yaml_file
-from nemo_gym.config_types import ConfigPathNotFoundError, MalformedConfigPathsError
+from nemo_gym.errors import ConfigPathNotFoundError, MalformedConfigPathsError
 
 logger = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from nemo_gym.config.tree import delete_path, has_path, iter_leaves, set_path
-from nemo_gym.config_types import ConfigError
+from nemo_gym.errors import ConfigError
 
 if TYPE_CHECKING:
     from hydra.core.override_parser.overrides_parser import OverridesParser

@@ -12,7 +12,7 @@ import random
 import socket
 from dataclasses import dataclass
 
-from nemo_gym.config_types import ConfigError
+from nemo_gym.errors import ConfigError
 
 LISTEN_FD_ENV_VAR = "NEMO_GYM_LISTEN_FD"
 """Environment variable through which a child server learns the file descriptor of its inherited socket."""

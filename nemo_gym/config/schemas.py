@@ -8,7 +8,7 @@ config class is read with :mod:`ast` instead:
   annotation), and its ``config: SomeConfig`` annotation (its own or a base's) names the config class;
 * the fields of that class and of its bases are the annotated names of their bodies. A base defined in another file
   is followed into that file (found beside the implementation's root, or in the framework); one from a module that
-  is safe to import (``pydantic``, ``typing``, ``nemo_gym.config_types``) is used as the real class;
+  is safe to import (``pydantic``, ``typing``, the config models of ``nemo_gym.config``) is used as the real class;
 * annotations and ``Field(...)`` constraints are evaluated in a namespace that only holds those safe modules, the
   module's own aliases (``GradingMode = Literal[...]``) and classes read the same way. An annotation that cannot be
   evaluated so is typed ``Any``: its key is still known, only its type goes unchecked.
@@ -37,7 +37,8 @@ from nemo_gym.config.roots import candidate_paths
 SAFE_MODULES = frozenset(
     {
         "typing", "typing_extensions", "collections.abc", "enum", "pathlib", "datetime", "decimal", "uuid",
-        "pydantic", "annotated_types", "nemo_gym.config_types",
+        "pydantic", "annotated_types", "nemo_gym.config_types", "nemo_gym.config.server_models",
+        "nemo_gym.config.datasets",
     }
 )  # fmt: skip
 """Modules whose names are taken as real objects: importing them runs no server code and costs nothing new."""

@@ -8,15 +8,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from nemo_gym.config_types import (
+from nemo_gym.config.server_models import (
     SERVER_TYPES,
-    AlmostServerError,
     ServerInstanceConfig,
-    ServerRefNotFoundError,
     is_almost_server,
     is_server_ref,
     maybe_get_server_instance_config,
 )
+from nemo_gym.errors import AlmostServerError, ServerRefNotFoundError
 
 RESERVED_TOP_LEVEL_KEYS = frozenset(
     {

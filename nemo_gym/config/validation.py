@@ -19,10 +19,12 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from nemo_gym.config.datasets import Domain
 from nemo_gym.config.overrides import Override
 from nemo_gym.config.schemas import ServerSchema, find_server_schema, implementation_dir
+from nemo_gym.config.server_models import SERVER_TYPES
 from nemo_gym.config.servers import RESERVED_TOP_LEVEL_KEYS
-from nemo_gym.config_types import SERVER_TYPES, ConfigError, Domain
+from nemo_gym.errors import ConfigError
 
 FRAMEWORK_KEYS = frozenset(
     {

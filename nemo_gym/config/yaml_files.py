@@ -7,7 +7,7 @@ from typing import Any
 
 import yaml
 
-from nemo_gym.config_types import ConfigError
+from nemo_gym.errors import ConfigError
 
 
 def load_yaml_file(path: Path) -> dict[str, Any]:

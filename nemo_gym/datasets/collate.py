@@ -30,19 +30,15 @@ import orjson
 from omegaconf import DictConfig, OmegaConf
 from pydantic import ConfigDict, Field
 
+from nemo_gym.config.command_config import BaseNeMoGymCLIConfig
+from nemo_gym.config.datasets import AGENT_REF_KEY, BenchmarkDatasetConfig, DatasetConfig
 from nemo_gym.config.roots import find_path
 from nemo_gym.config.servers import find_server_instances
-from nemo_gym.config_types import (
-    AGENT_REF_KEY,
-    BaseNeMoGymCLIConfig,
-    BenchmarkDatasetConfig,
-    ConfigError,
-    DatasetConfig,
-)
 from nemo_gym.datasets.metrics_file import MetricsFileResult, metrics_path_for, reconcile_metrics_file
 from nemo_gym.datasets.render import PromptRenderError, PromptTemplate
 from nemo_gym.datasets.statistics import DatasetStatistics
 from nemo_gym.datasets.validation import iter_checked_lines, row_problem
+from nemo_gym.errors import ConfigError
 
 CollateMode = Literal["train_preparation", "example_validation"]
 MODE_TYPES: dict[str, tuple[str, ...]] = {

@@ -26,9 +26,10 @@ import orjson
 import yaml
 from pydantic import ConfigDict, Field
 
+from nemo_gym.config.command_config import BaseNeMoGymCLIConfig
 from nemo_gym.config.roots import find_path
-from nemo_gym.config_types import BaseNeMoGymCLIConfig, ConfigError, ConfigPathNotFoundError
 from nemo_gym.datasets.validation import CREATE_PARAMS_KEY, iter_checked_lines
+from nemo_gym.errors import ConfigError, ConfigPathNotFoundError
 from nemo_gym.jsonl import JsonlWriter
 
 PROMPT_CONFIG_USED_KEY = "prompt_config_used"

@@ -28,7 +28,7 @@ from typing import Any
 
 import orjson
 
-from nemo_gym.config_types import AGENT_REF_KEY
+from nemo_gym.config.datasets import AGENT_REF_KEY
 from nemo_gym.datasets.validation import CREATE_PARAMS_KEY
 
 EXAMPLES_KEY = "Number of examples"

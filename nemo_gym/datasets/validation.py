@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
-from nemo_gym.config_types import ConfigPathNotFoundError
+from nemo_gym.errors import ConfigPathNotFoundError
 from nemo_gym.openai_utils import NeMoGymResponseCreateParamsNonStreaming
 
 CREATE_PARAMS_KEY = "responses_create_params"

@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from nemo_gym.config_types import ConfigError
+from nemo_gym.errors import ConfigError
 
 __all__ = ["HeadServer", "bind_head_socket", "build_head_app"]
 

@@ -17,9 +17,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from nemo_gym.config_types import AGENT_REF_KEY, AggregateMetrics
+from nemo_gym.config.datasets import AGENT_REF_KEY
 from nemo_gym.jsonl import iter_jsonl, write_json_atomic
-from nemo_gym.metrics import aggregate_verify_responses
+from nemo_gym.metrics import AggregateMetrics, aggregate_verify_responses
 from nemo_gym.transport import http_client
 
 logger = logging.getLogger(__name__)

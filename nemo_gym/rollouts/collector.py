@@ -24,7 +24,7 @@ from typing import Any
 import orjson
 from tqdm import tqdm
 
-from nemo_gym.config_types import AGENT_REF_KEY
+from nemo_gym.config.datasets import AGENT_REF_KEY
 from nemo_gym.jsonl import JsonlWriter, iter_jsonl, repair_tail, write_json_atomic
 from nemo_gym.rollouts.materialize import (
     ATTEMPT_INDEX_KEY,

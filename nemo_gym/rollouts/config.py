@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import ConfigDict, Field, field_validator
 
-from nemo_gym.config_types import BaseNeMoGymCLIConfig
+from nemo_gym.config.command_config import BaseNeMoGymCLIConfig
 from nemo_gym.rollouts.collector import DEFAULT_CONCURRENCY
 
 

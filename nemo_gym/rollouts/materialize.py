@@ -21,8 +21,9 @@ from typing import Any
 
 import orjson
 
-from nemo_gym.config_types import AGENT_REF_KEY, ConfigError
+from nemo_gym.config.datasets import AGENT_REF_KEY
 from nemo_gym.datasets.validation import create_params_problem
+from nemo_gym.errors import ConfigError
 from nemo_gym.jsonl import JsonlWriter, iter_jsonl
 
 TASK_INDEX_KEY = "_ng_task_index"

@@ -19,7 +19,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from nemo_gym.config_types import AGENT_REF_KEY, ConfigError
+from nemo_gym.config.datasets import AGENT_REF_KEY
+from nemo_gym.errors import ConfigError
 from nemo_gym.jsonl import JsonlWriter, iter_jsonl, write_json_atomic
 from nemo_gym.metrics import aggregate_verify_responses, numeric_fields, pass_at_k, summarize_rows
 from nemo_gym.rollouts.aggregate import agent_name_of, sort_grouped, strip_row

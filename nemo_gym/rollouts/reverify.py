@@ -28,8 +28,10 @@ import orjson
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
+from nemo_gym.config.datasets import AGENT_REF_KEY
+from nemo_gym.config.server_models import is_server_ref
 from nemo_gym.config.servers import find_server_instances
-from nemo_gym.config_types import AGENT_REF_KEY, ConfigError, is_server_ref
+from nemo_gym.errors import ConfigError
 from nemo_gym.jsonl import JsonlWriter, iter_jsonl, iter_jsonl_spans
 from nemo_gym.rollouts.aggregate import (
     agent_name_of,

@@ -9,8 +9,9 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from nemo_gym.config.datasets import AGENT_REF_KEY, BenchmarkDatasetConfig
 from nemo_gym.config.servers import find_server_instances
-from nemo_gym.config_types import AGENT_REF_KEY, BenchmarkDatasetConfig, ConfigError
+from nemo_gym.errors import ConfigError
 from nemo_gym.jsonl import JsonlWriter, iter_jsonl
 from nemo_gym.rollouts.aggregate import aggregate_metrics_path, compute_metrics, rows_by_agent, write_metrics
 from nemo_gym.rollouts.collector import CollectionOptions, CollectionSummary, RolloutCollector, recorded_fingerprint

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nemo_gym.config_types import ConfigError
+from nemo_gym.errors import ConfigError
 from nemo_gym.jsonl import iter_jsonl_spans
 from nemo_gym.rollouts.aggregate import (
     agent_name_of,

@@ -15,7 +15,7 @@ from typing import Any
 import uvicorn
 from pydantic import ValidationError
 
-from nemo_gym.config_types import ConfigError
+from nemo_gym.errors import ConfigError
 from nemo_gym.transport import types as transport_types
 from nemo_gym.transport.admission import AdmissionMiddleware
 

@@ -10,8 +10,9 @@ Layers, outermost first (each is tested in ``tests/test_sandbox.py``):
 * **Resource limits** (set in the child): ``RLIMIT_CPU`` (CPU time), ``RLIMIT_AS`` (memory), ``RLIMIT_FSIZE`` (the
   size of any file written, stdout and stderr included, which are files here), ``RLIMIT_NOFILE``, ``RLIMIT_NPROC``
   (effective for non-root users), no core dumps.
-* **Landlock** (Linux >= 5.13): read-only access to the interpreter and its standard library, read-write access to
-  the temp dir only; TCP bind/connect denied (ABI >= 4); signals to processes outside the sandbox denied (ABI >= 6).
+* **Landlock** (Linux >= 5.13, ``nemo_gym/sandbox/landlock.py``): read-only access to the interpreter and its
+  standard library, read-write access to the temp dir only; TCP bind/connect denied (ABI >= 4); signals to processes
+  outside the sandbox denied (ABI >= 6).
 * **Audit hook** in the interpreter: process creation, sockets, ctypes, files outside the temp dir, raising limits
   and heap introspection end the run at once with the ``sandbox_violation`` code.
 
@@ -37,6 +38,7 @@ from functools import cache
 from pathlib import Path
 from typing import Literal
 
+from nemo_gym.sandbox import landlock
 from resources_servers.code_gen import sandbox_child as child
 
 logger = logging.getLogger(__name__)
@@ -46,6 +48,8 @@ RunStatus = Literal["ok", "runtime_error", "syntax_error", "timeout", "memory_li
                     "sandbox_violation", "sandbox_error"]  # fmt: skip
 
 CHILD_SCRIPT = Path(child.__file__).resolve()
+LANDLOCK_MODULE = Path(landlock.__file__).resolve()
+"""Loaded by path in the child's init stage (shared with the ``local`` sandbox provider of ``nemo_gym.sandbox``)."""
 _SYSTEM_LIBRARY_DIRS = ("/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/local/lib", "/etc/ld.so.cache", "/dev/null")
 _STDERR_KEEP = 4000
 
@@ -103,16 +107,7 @@ def namespace_prefix() -> tuple[str, ...] | None:
 @cache
 def landlock_abi() -> int:
     """The kernel's Landlock ABI version (0 when Landlock is missing or disabled)."""
-    if not sys.platform.startswith("linux"):
-        return 0
-    import ctypes
-
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.syscall.restype = ctypes.c_long
-        return max(int(libc.syscall(child._SYS_CREATE_RULESET, None, 0, 1)), 0)
-    except (OSError, AttributeError):
-        return 0
+    return landlock.abi()
 
 
 def describe_layers(policy: SandboxPolicy) -> dict[str, object]:
@@ -171,6 +166,7 @@ def _run_in(workdir: str, limits: SandboxLimits, policy: SandboxPolicy, fn_name:
         "workdir": workdir,
         "read_paths": list(interpreter_read_paths()),
         "landlock": policy.landlock,
+        "landlock_module": str(LANDLOCK_MODULE),
         "audit_hook": policy.audit_hook,
         "fn_name": fn_name,
         "limits": {

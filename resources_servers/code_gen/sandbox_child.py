@@ -25,14 +25,6 @@ EXIT_MEMORY_ERROR = 103
 EXIT_VIOLATION = 104
 EXIT_SETUP_ERROR = 105
 
-# Landlock (linux/landlock.h). File rights; the directory-only ones follow.
-_LL_EXECUTE, _LL_WRITE_FILE, _LL_READ_FILE = 1 << 0, 1 << 1, 1 << 2
-_LL_READ_DIR = 1 << 3
-_LL_TRUNCATE, _LL_IOCTL_DEV = 1 << 14, 1 << 15
-_LL_FILE_RIGHTS = _LL_EXECUTE | _LL_WRITE_FILE | _LL_READ_FILE | _LL_TRUNCATE | _LL_IOCTL_DEV
-_LL_READ_ONLY = _LL_EXECUTE | _LL_READ_FILE | _LL_READ_DIR
-_SYS_CREATE_RULESET, _SYS_ADD_RULE, _SYS_RESTRICT_SELF = 444, 445, 446
-_PR_SET_NO_NEW_PRIVS = 38
 
 # Audit events that end the run. Sockets and ctypes are matched by prefix.
 _FORBIDDEN_EVENTS = frozenset(
@@ -85,50 +77,14 @@ def _processes_of_this_user() -> int:
     return count
 
 
-def _apply_landlock(read_paths: list[str], write_paths: list[str]) -> int:
-    """Allow reading ``read_paths`` and everything under ``write_paths``; deny other files and all TCP. Returns the
-    Landlock ABI used, or raises OSError when the kernel has no Landlock."""
-    import ctypes
-    import struct
+def _load_landlock(path: str):
+    """``nemo_gym/sandbox/landlock.py``, loaded from its file: the package itself need not be importable here."""
+    import importlib.util
 
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.syscall.restype = ctypes.c_long
-    abi = libc.syscall(_SYS_CREATE_RULESET, None, 0, 1)  # LANDLOCK_CREATE_RULESET_VERSION
-    if abi < 1:
-        raise OSError(ctypes.get_errno(), "Landlock is not available")
-    handled_fs = (1 << 13) - 1  # ABI 1: execute .. make_sym
-    handled_fs |= (1 << 13) if abi >= 2 else 0  # refer
-    handled_fs |= _LL_TRUNCATE if abi >= 3 else 0
-    handled_fs |= _LL_IOCTL_DEV if abi >= 5 else 0
-    handled_net = 0b11 if abi >= 4 else 0  # bind_tcp, connect_tcp: no rule allows either
-    scoped = 0b11 if abi >= 6 else 0  # abstract unix sockets and signals stay inside the sandbox
-    attr = struct.pack("=QQQ", handled_fs, handled_net, scoped)[: 8 if abi < 4 else 16 if abi < 6 else 24]
-    attr_buffer = ctypes.create_string_buffer(attr, len(attr))
-    ruleset = libc.syscall(_SYS_CREATE_RULESET, attr_buffer, len(attr), 0)
-    if ruleset < 0:
-        raise OSError(ctypes.get_errno(), "landlock_create_ruleset failed")
-    try:
-        rules = [(path, _LL_READ_ONLY) for path in read_paths] + [(path, handled_fs) for path in write_paths]
-        for path, access in rules:
-            try:
-                fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
-            except OSError:
-                continue  # a path that does not exist here needs no rule
-            try:
-                if not os.path.isdir(path):
-                    access &= _LL_FILE_RIGHTS
-                rule = ctypes.create_string_buffer(struct.pack("=Qi", access & handled_fs, fd), 12)
-                if libc.syscall(_SYS_ADD_RULE, ruleset, 1, rule, 0) < 0:  # LANDLOCK_RULE_PATH_BENEATH
-                    raise OSError(ctypes.get_errno(), f"landlock_add_rule failed for {path}")
-            finally:
-                os.close(fd)
-        if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-            raise OSError(ctypes.get_errno(), "prctl(NO_NEW_PRIVS) failed")
-        if libc.syscall(_SYS_RESTRICT_SELF, ruleset, 0) < 0:
-            raise OSError(ctypes.get_errno(), "landlock_restrict_self failed")
-    finally:
-        os.close(ruleset)
-    return abi
+    spec = importlib.util.spec_from_file_location("_nemo_gym_landlock", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _start_worker(config: dict) -> None:
@@ -137,7 +93,9 @@ def _start_worker(config: dict) -> None:
         _set_limits(config["limits"])  # first: counting processes reads /proc, which Landlock then closes
         if config["landlock"] != "off":
             try:
-                _apply_landlock(config["read_paths"], [config["workdir"], os.devnull])
+                _load_landlock(config["landlock_module"]).restrict(
+                    config["read_paths"], [config["workdir"], os.devnull]
+                )
             except OSError as e:
                 if config["landlock"] == "required":
                     raise

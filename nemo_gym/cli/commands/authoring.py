@@ -13,7 +13,7 @@ from nemo_gym import PARENT_DIR
 from nemo_gym.cli.command import Command, Invocation
 from nemo_gym.cli.flags import Flag
 from nemo_gym.cli.output import console
-from nemo_gym.config_types import ConfigError
+from nemo_gym.errors import ConfigError
 
 SEARCH_DIR = Flag(("--search-dir",), "extra root searched for servers before cwd (repeatable)", repeatable=True,
                   metavar="DIR")  # fmt: skip

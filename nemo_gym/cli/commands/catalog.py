@@ -19,7 +19,7 @@ from nemo_gym.assets import (
 from nemo_gym.cli.command import Command, Invocation, Positional
 from nemo_gym.cli.flags import CONFIG_FLAGS, JSON_FLAG
 from nemo_gym.cli.output import console
-from nemo_gym.config_types import ConfigError
+from nemo_gym.errors import ConfigError
 
 SEARCH_DIR_FLAG = CONFIG_FLAGS[-1]
 KINDS = ("environments", "benchmarks", "resources-servers", "models", "agents")

@@ -19,8 +19,8 @@ from omegaconf import OmegaConf
 from nemo_gym.cli.command import Command, Invocation
 from nemo_gym.cli.flags import Flag, quote
 from nemo_gym.cli.output import console
-from nemo_gym.config_types import ConfigError
 from nemo_gym.datasets.storage.hub_upload import describe_versions
+from nemo_gym.errors import ConfigError
 from nemo_gym.global_config import parse_global_config_dict
 
 STORAGE_FLAG = Flag(
@@ -143,8 +143,8 @@ def upload(invocation: Invocation) -> int:
     config = _config(invocation)
     if storage == "hf":
         return _upload_hf(config, invocation, always_delete_from_gitlab=False)
-    from nemo_gym.config_types import UploadJsonlDatasetGitlabConfig
     from nemo_gym.datasets.storage import get_registry, verify_upload_file
+    from nemo_gym.datasets.storage.cli_configs import UploadJsonlDatasetGitlabConfig
 
     registry = get_registry(storage, config)
     settings = UploadJsonlDatasetGitlabConfig.model_validate(config)
@@ -189,8 +189,8 @@ def download(invocation: Invocation) -> int:
     overwrite = bool(config.get("overwrite"))
     if storage == "hf":
         return _download_hf(config, overwrite)
-    from nemo_gym.config_types import DownloadJsonlDatasetGitlabConfig
     from nemo_gym.datasets.storage import get_registry
+    from nemo_gym.datasets.storage.cli_configs import DownloadJsonlDatasetGitlabConfig
 
     registry = get_registry(storage, config)
     if not config.get("output_fpath") and config.get("output_dirpath") and config.get("artifact_fpath"):
@@ -210,7 +210,7 @@ def download(invocation: Invocation) -> int:
 
 
 def _download_hf(config: dict[str, Any], overwrite: bool) -> int:
-    from nemo_gym.config_types import DownloadJsonlDatasetHuggingFaceConfig
+    from nemo_gym.datasets.storage.cli_configs import DownloadJsonlDatasetHuggingFaceConfig
     from nemo_gym.datasets.storage.hf import HfDatasetRegistry
 
     settings = DownloadJsonlDatasetHuggingFaceConfig.model_validate(config)
@@ -241,8 +241,8 @@ def _download_hf(config: dict[str, Any], overwrite: bool) -> int:
 
 
 def rm(invocation: Invocation) -> int:
-    from nemo_gym.config_types import DeleteJsonlDatasetGitlabConfig
     from nemo_gym.datasets.storage import DatasetNotFoundError, get_registry, validate_version
+    from nemo_gym.datasets.storage.cli_configs import DeleteJsonlDatasetGitlabConfig
 
     storage = _storage(invocation, "gitlab", ("gitlab", "local"))
     config = _config(invocation)

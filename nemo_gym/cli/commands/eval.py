@@ -12,7 +12,7 @@ from rich.markup import escape
 from nemo_gym.cli.command import Command, Invocation
 from nemo_gym.cli.flags import CONFIG_FLAGS, MODEL_FLAGS, Flag
 from nemo_gym.cli.output import GymConsole, console, err_console
-from nemo_gym.config_types import BaseServerConfig
+from nemo_gym.config.server_models import BaseServerConfig
 from nemo_gym.global_config import parse_global_config_dict
 
 EXIT_SOME_ROLLOUTS_FAILED = 3

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from nemo_gym.config_types import DatasetConfig, GitlabDatasetSource, HuggingFaceDatasetSource
+from nemo_gym.config.datasets import DatasetConfig, GitlabDatasetSource, HuggingFaceDatasetSource
 from nemo_gym.datasets.storage.base import (
     HF_UPLOAD_CREDENTIAL_KEYS,
     STORAGES,

@@ -12,8 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nemo_gym.config_types import UploadJsonlDatasetHuggingFaceConfig, UploadJsonlDatasetHuggingFaceMaybeDeleteConfig
 from nemo_gym.datasets.storage.base import HF_UPLOAD_CREDENTIAL_KEYS, require_keys, verify_upload_file
+from nemo_gym.datasets.storage.cli_configs import (
+    UploadJsonlDatasetHuggingFaceConfig,
+    UploadJsonlDatasetHuggingFaceMaybeDeleteConfig,
+)
 from nemo_gym.errors import ConfigError, RegistryError
 
 Confirm = Callable[[str], None]
