@@ -18,7 +18,7 @@ import pytest
 from nemo_gym import PARENT_DIR
 from nemo_gym.benchmarks import load_script
 from nemo_gym.cli.main import main
-from nemo_gym.config_types import ConfigError
+from nemo_gym.errors import ConfigError
 from nemo_gym.global_config import parse_global_config_dict
 from nemo_gym.rollouts.config import RolloutCollectionConfig
 from nemo_gym.rollouts.run import prepare_split_input

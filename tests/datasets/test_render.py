@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from nemo_gym.cli.main import main
-from nemo_gym.config_types import ConfigError
 from nemo_gym.datasets.render import PromptRenderError, PromptTemplate
+from nemo_gym.errors import ConfigError
 from tests.datasets.conftest import read_rows, write_rows
 from tests.helpers import write
 

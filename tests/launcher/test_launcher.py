@@ -20,8 +20,7 @@ import pytest
 import yaml
 
 from nemo_gym.cli.main import main
-from nemo_gym.config_types import ConfigError
-from nemo_gym.errors import NeMoGymError
+from nemo_gym.errors import ConfigError, NeMoGymError
 from nemo_gym.launcher import ServerLaunchError, running_servers
 from tests.helpers import write
 from tests.launcher.conftest import base_overrides, server_block

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from nemo_gym import PARENT_DIR
-from nemo_gym.config_types import ConfigError
+from nemo_gym.errors import ConfigError
 from nemo_gym.launcher import ServerLaunchError, running_servers
 from nemo_gym.launcher.venvs import (
     READY_MARKER,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from nemo_gym.config_types import ConfigError
+from nemo_gym.errors import ConfigError
 from nemo_gym.rollouts.materialize import MaterializeOptions, materialize
 
 

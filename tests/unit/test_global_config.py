@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 
 from nemo_gym import global_config
 from nemo_gym.config import ports
-from nemo_gym.config_types import (
+from nemo_gym.errors import (
     AlmostServerError,
     ConfigError,
     ConfigInterpolationError,

@@ -16,7 +16,8 @@ import pytest
 from fastapi import FastAPI, Request
 from omegaconf import OmegaConf
 
-from nemo_gym.config_types import BaseServerConfig, ConfigError
+from nemo_gym.config_types import BaseServerConfig
+from nemo_gym.errors import ConfigError
 from nemo_gym.server_utils import ServerClient
 from nemo_gym.transport import http_client, runtime, types
 from nemo_gym.transport.admission import NESTED_HEADER, AdmissionMiddleware, in_admitted_request

@@ -17,7 +17,8 @@ from fastapi.responses import StreamingResponse
 from omegaconf import OmegaConf
 from pydantic import BaseModel
 
-from nemo_gym.config_types import BaseServerConfig, ConfigError
+from nemo_gym.config_types import BaseServerConfig
+from nemo_gym.errors import ConfigError
 from nemo_gym.server_utils import ServerClient
 from nemo_gym.transport import http_client, runtime
 from nemo_gym.transport.server_protocol import _CoalescingTransport
