@@ -5,9 +5,16 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from pydantic import BaseModel
 
 from nemo_gym.cli.flags import Flag
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
+SettingsT = TypeVar("SettingsT", bound=BaseModel)
 
 
 @dataclass(frozen=True)
@@ -20,13 +27,26 @@ class Positional:
 
 @dataclass(frozen=True)
 class Invocation:
-    """What a handler receives: parsed flags and the Hydra overrides they (and the user's tokens) amount to."""
+    """What a handler receives: parsed flags, the overrides to compose the config with, and the typed settings
+    fields that flags set (see :func:`nemo_gym.cli.flags.flag_fields`)."""
 
     args: argparse.Namespace
     overrides: list[str]
+    fields: dict[str, Any] = field(default_factory=dict)
 
     def get(self, name: str, default: Any = None) -> Any:
         return getattr(self.args, name, default)
+
+    def settings(self, model: type[SettingsT], config: DictConfig) -> SettingsT:
+        """The command's typed settings: the composed config's keys, with the flags' fields set on top."""
+        from omegaconf import OmegaConf
+
+        from nemo_gym.config.tree import set_path
+
+        data: dict[str, Any] = OmegaConf.to_container(config, resolve=True)  # type: ignore[assignment]
+        for path, value in self.fields.items():
+            set_path(data, path, value)
+        return model.model_validate(data)
 
 
 Handler = Callable[[Invocation], "int | None"]

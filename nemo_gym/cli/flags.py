@@ -1,25 +1,30 @@
-"""Command-line flags and how each one becomes a Hydra override.
+"""Command-line flags: what each one sets, and how.
 
-Every flag is sugar for an override the config system already understands, so ``--limit 5`` and ``+limit=5`` are the
-same thing, and anything a flag cannot say can still be said as ``+key=value``. Config selectors (``--config``,
-``--environment``, ``--benchmark``, ``--resources-server``, ``--model-type``) all add to one ``+config_paths=[...]``
-override.
+A flag does one of three things:
+
+* it names a field of the command's typed settings (``field=``): ``--concurrency 7`` sets ``num_samples_in_parallel``
+  to the int 7 on the settings object, on top of the composed config (:func:`flag_fields`);
+* it names a key of the config itself (``override_key=``): ``--model gpt-x`` becomes the override
+  ``+policy_model_name='gpt-x'``, because other config values interpolate it;
+* it selects config files: ``--config``, ``--environment``, ``--benchmark``, ``--resources-server`` and
+  ``--model-type`` all add to one ``+config_paths=[...]`` override.
+
+Either way ``--limit 5`` and ``+limit=5`` mean the same, and anything a flag cannot say can still be said as
+``+key=value``. A typed flag behaves as if it were written before the user's own overrides: ``+key`` of the same key
+again is an error, a later ``++key=...``, ``key=...`` or ``~key`` wins.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from nemo_gym.assets import SelectorKind, resolve_selector
-from nemo_gym.config.roots import EXTRA_ROOTS_ENV_VAR
 from nemo_gym.errors import ConfigError
 
 
@@ -28,7 +33,9 @@ class Flag:
     names: tuple[str, ...]
     help: str
     override_key: str | None = None
-    """``--flag VALUE`` becomes ``+override_key=VALUE`` (``true`` for switches)."""
+    """``--flag VALUE`` becomes ``+override_key=VALUE`` (``true`` for switches): for keys of the config itself."""
+    field: str | None = None
+    """``--flag VALUE`` sets this field of the command's typed settings (a dotted path inside a mapping field)."""
     selector: SelectorKind | None = None
     """The value is a short name resolved to a config path."""
     config_path: bool = False
@@ -110,13 +117,9 @@ def flags_to_overrides(args: argparse.Namespace, flags: tuple[Flag, ...], passth
     config_paths: list[str] = []
     tokens: list[str] = []
     for flag in flags:
-        value = getattr(args, flag.dest, None)
-        if value is None or value is False or value == []:
+        values = _given(args, flag)
+        if not values or flag.field is not None:
             continue
-        values = value if isinstance(value, list) else [value]
-        if flag.minimum is not None or flag.maximum is not None:
-            for each in values:
-                flag.check(each)
         if flag.config_path:
             config_paths.extend(str(v) for v in values)
         elif flag.selector is not None:
@@ -148,22 +151,49 @@ def _parse_config_paths_token(token: str) -> list[str]:
     raise ConfigError(f"{token!r}: config_paths must be a list of paths, e.g. +config_paths=[a.yaml,b.yaml]")
 
 
-@contextmanager
-def extra_search_roots(dirs: list[str] | None) -> Iterator[None]:
-    """Put ``--search-dir`` roots in front of ``NEMO_GYM_EXTRA_ROOTS`` for the command (children inherit it)."""
-    if not dirs:
-        yield
-        return
-    previous = os.environ.get(EXTRA_ROOTS_ENV_VAR)
-    missing = [d for d in dirs if not os.path.isdir(d)]
+def flag_fields(args: argparse.Namespace, flags: tuple[Flag, ...], passthrough: list[str]) -> dict[str, Any]:
+    """The typed settings fields the flags set, by field path, with the values argparse typed (no override string).
+
+    Precedence is that of a ``+field=value`` written before ``passthrough`` (the user's own overrides).
+    """
+    fields: dict[str, Any] = {}
+    setters: dict[str, Flag] = {}
+    for flag in flags:
+        values = _given(args, flag)
+        if values and flag.field is not None:
+            fields[flag.field] = True if flag.switch else values[-1]
+            setters[flag.field] = flag
+    if not fields or not passthrough:
+        return fields
+    from nemo_gym.config.overrides import parse_overrides
+
+    for override in parse_overrides(passthrough):
+        for path in [p for p in fields if p == override.key or p.startswith(f"{override.key}.")]:
+            if override.kind == "add" and override.key == path:
+                raise ConfigError(
+                    f"override {override.token!r}: {path!r} is already set by {setters[path].names[0]}; "
+                    f"pass one of them, or ++{path}=... to replace it"
+                )
+            del fields[path]  # the user's later ++key / key= / ~key wins, as it would over an override
+    return fields
+
+
+def _given(args: argparse.Namespace, flag: Flag) -> list[Any]:
+    """The values given for ``flag`` (none when it is absent), each checked against the flag's bounds."""
+    value = getattr(args, flag.dest, None)
+    if value is None or value is False or value == []:
+        return []
+    values = value if isinstance(value, list) else [value]
+    if flag.minimum is not None or flag.maximum is not None:
+        for each in values:
+            flag.check(each)
+    return values
+
+
+def search_dirs(args: argparse.Namespace) -> list[Path]:
+    """The ``--search-dir`` roots of a command, checked to be directories."""
+    dirs = [Path(d) for d in getattr(args, "search_dir", None) or []]
+    missing = [d for d in dirs if not d.is_dir()]
     if missing:
-        raise ConfigError(f"--search-dir {missing[0]!r} is not a directory")
-    joined = os.pathsep.join([os.path.abspath(d) for d in dirs] + ([previous] if previous else []))
-    os.environ[EXTRA_ROOTS_ENV_VAR] = joined
-    try:
-        yield
-    finally:
-        if previous is None:
-            os.environ.pop(EXTRA_ROOTS_ENV_VAR, None)
-        else:
-            os.environ[EXTRA_ROOTS_ENV_VAR] = previous
+        raise ConfigError(f"--search-dir {str(missing[0])!r} is not a directory")
+    return dirs

@@ -1,9 +1,9 @@
 """The ``gym`` (alias ``ng``) command-line router: ``gym <group> <action> [flags] [+key=value ...]``.
 
-Flags are translated into Hydra overrides (see :mod:`nemo_gym.cli.flags`); tokens that are not flags pass through as
-overrides. Any error the framework raises on purpose (:class:`~nemo_gym.errors.NeMoGymError`: a user mistake, a server
-that would not start, a registry or transport failure) is printed as one red line with exit code 1; ``-v`` adds the
-traceback.
+A flag either sets a field of the command's typed settings or becomes a Hydra override (see :mod:`nemo_gym.cli.flags`);
+tokens that are not flags pass through as overrides. Any error the framework raises on purpose
+(:class:`~nemo_gym.errors.NeMoGymError`: a user mistake, a server that would not start, a registry or transport
+failure) is printed as one red line with exit code 1; ``-v`` adds the traceback.
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ from pydantic import ValidationError
 
 from nemo_gym.cli.command import Command, Invocation
 from nemo_gym.cli.commands import ALL_COMMANDS, GROUP_HELP
-from nemo_gym.cli.flags import extra_search_roots, flags_to_overrides
+from nemo_gym.cli.flags import flag_fields, flags_to_overrides, search_dirs
 from nemo_gym.cli.output import print_error, stop_writing_stdout
+from nemo_gym.config.roots import searching
 from nemo_gym.errors import NeMoGymError
 
 PROG = "gym"
@@ -131,9 +132,10 @@ def _run(argv: list[str]) -> int:
         parser.print_help()
         return 0 if not argv else 2
     passthrough = _split_unknown(command, unknown)
-    with extra_search_roots(getattr(args, "search_dir", None)):
+    with searching(search_dirs(args)):
         overrides = flags_to_overrides(args, command.flags, passthrough)
-        result = command.handler(Invocation(args, overrides))
+        fields = flag_fields(args, command.flags, passthrough)
+        result = command.handler(Invocation(args, overrides, fields))
     return int(result or 0)
 
 

@@ -74,11 +74,26 @@ class ComposeOptions:
 
 @dataclass
 class ComposedConfig:
+    """The result of composition, passed whole to the commands, the launcher and the collector: the config and the
+    server instances found in it once, so no caller converts the config and searches it again."""
+
     config: DictConfig
     instances: list[ServerInstanceConfig]
-    env_yaml_path: Path | None
+    env_yaml_path: Path | None = None
     unset: list[str] = field(default_factory=list)
     """With ``allow_unset``: one line per value left ``???``, saying what to set."""
+
+    @classmethod
+    def of(cls, config: DictConfig | ComposedConfig) -> ComposedConfig:
+        """``config`` as composed here, or a resolved config from elsewhere (the launcher's file, a head server) with
+        its instances found."""
+        if isinstance(config, ComposedConfig):
+            return config
+        instances, _ = find_server_instances(OmegaConf.to_container(config, resolve=True))  # type: ignore[arg-type]
+        return cls(config, instances)
+
+    def instances_of(self, server_type: str) -> list[ServerInstanceConfig]:
+        return [instance for instance in self.instances if instance.SERVER_TYPE == server_type]
 
 
 def compose(options: ComposeOptions) -> ComposedConfig:
@@ -136,7 +151,7 @@ def compose(options: ComposeOptions) -> ComposedConfig:
     _fill_server_addresses(resolved, instances, options.reserve_ports)
     _propagate_agent_settings(resolved, instances)
     config = OmegaConf.create(_swap_unset(resolved, _UNSET_PLACEHOLDER, MISSING) if options.allow_unset else resolved)
-    instances, _ = find_server_instances(resolved)
+    instances, _ = find_server_instances(resolved)  # again: now with their addresses and agent settings
     return ComposedConfig(config, instances, env_yaml_path, unset)
 
 

@@ -1,24 +1,57 @@
 """Where config files and server directories are looked up.
 
-Relative paths resolve against an ordered list of roots: extra roots from ``--search-dir`` /
-``NEMO_GYM_EXTRA_ROOTS`` first, then the working directory, then the install root. The first match wins.
+Relative paths resolve against an ordered list of roots: the command's ``--search-dir`` roots first, then
+``NEMO_GYM_EXTRA_ROOTS`` from the user's environment, then the working directory, then the install root. The first
+match wins.
+
+``--search-dir`` never touches ``os.environ``: the CLI hands its roots to :func:`searching`, which holds them for the
+command in a context variable (so they end with it, and other threads and tests see none of them). A child process
+gets them explicitly, through :func:`child_env`.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 
 from nemo_gym import PARENT_DIR
 
 EXTRA_ROOTS_ENV_VAR = "NEMO_GYM_EXTRA_ROOTS"
 
+_command_roots: ContextVar[tuple[Path, ...]] = ContextVar("nemo_gym_search_dirs", default=())
+
+
+@contextmanager
+def searching(dirs: Sequence[Path]) -> Iterator[None]:
+    """Search ``dirs`` first (``--search-dir``) until the block ends."""
+    token = _command_roots.set(tuple(Path(d).resolve() for d in dirs))
+    try:
+        yield
+    finally:
+        _command_roots.reset(token)
+
+
+def extra_roots() -> list[Path]:
+    """The roots searched before cwd: the command's ``--search-dir`` ones, then ``NEMO_GYM_EXTRA_ROOTS``."""
+    from_env = [Path(p) for p in os.environ.get(EXTRA_ROOTS_ENV_VAR, "").split(os.pathsep) if p]
+    return [*_command_roots.get(), *from_env]
+
+
+def child_env(env: dict[str, str]) -> dict[str, str]:
+    """A copy of ``env`` for a child process whose ``NEMO_GYM_EXTRA_ROOTS`` names every extra root searched here."""
+    extra = extra_roots()
+    if not extra:
+        return dict(env)
+    return {**env, EXTRA_ROOTS_ENV_VAR: os.pathsep.join(str(p) for p in extra)}
+
 
 def search_roots() -> list[Path]:
     """Extra roots, then cwd, then the install root; duplicates dropped, order kept."""
-    extra = [Path(p) for p in os.environ.get(EXTRA_ROOTS_ENV_VAR, "").split(os.pathsep) if p]
     roots: list[Path] = []
-    for root in [*extra, Path.cwd(), PARENT_DIR]:
+    for root in [*extra_roots(), Path.cwd(), PARENT_DIR]:
         resolved = root.resolve()
         if resolved not in roots:
             roots.append(resolved)

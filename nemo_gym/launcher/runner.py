@@ -31,15 +31,15 @@ from typing import Any, TypeVar
 from omegaconf import DictConfig, OmegaConf
 
 from nemo_gym.config import ports
-from nemo_gym.config.roots import candidate_paths, search_roots
-from nemo_gym.config.servers import find_server_instances
+from nemo_gym.config.compose import ComposedConfig, ComposeOptions, compose
+from nemo_gym.config.roots import candidate_paths, child_env, search_roots
+from nemo_gym.config.server_models import ServerInstanceConfig, maybe_get_server_instance_config
 from nemo_gym.errors import ConfigError, LaunchError
 from nemo_gym.global_config import (
     NEMO_GYM_CONFIG_DICT_ENV_VAR_NAME,
     NEMO_GYM_CONFIG_FILE_ENV_VAR_NAME,
     NEMO_GYM_CONFIG_PATH_ENV_VAR_NAME,
     masked_config_yaml,
-    parse_global_config_dict,
 )
 from nemo_gym.launcher.head_server import HeadServer, bind_head_socket, build_head_app
 from nemo_gym.launcher.processes import LogSink, exit_code, read_lines_into, spawn, stop_process_groups
@@ -120,13 +120,15 @@ class Launcher:
 
     def __init__(
         self,
-        config: DictConfig,
+        config: ComposedConfig | DictConfig,
         *,
         echo: bool = True,
         startup_timeout_s: float | None = None,
         shutdown_grace_s: float = SHUTDOWN_GRACE_S,
     ) -> None:
-        self._data: dict[str, Any] = OmegaConf.to_container(config, resolve=True)  # type: ignore[assignment]
+        composed = ComposedConfig.of(config)
+        self._data: dict[str, Any] = OmegaConf.to_container(composed.config, resolve=True)  # type: ignore[assignment]
+        self._instances = list(composed.instances)
         self.echo = echo
         timeout = startup_timeout_s
         if timeout is None:
@@ -155,6 +157,11 @@ class Launcher:
     def config(self) -> DictConfig:
         """The resolved config the children received (actual head and server ports filled in)."""
         return OmegaConf.create(self._data)
+
+    @property
+    def composed(self) -> ComposedConfig:
+        """:attr:`config` with its server instances, as the collector and reverify take it."""
+        return ComposedConfig(self.config, list(self._instances))
 
     @property
     def urls(self) -> dict[str, str]:
@@ -264,10 +271,9 @@ class Launcher:
 
     def _plan(self) -> None:
         """Find each instance's directory and entrypoint and make sure it holds a reserved port."""
-        instances, _ = find_server_instances(self._data)
-        if not instances:
+        if not self._instances:
             raise ConfigError("the config defines no server instances to start")
-        for instance in instances:
+        for index, instance in enumerate(self._instances):
             inner = self._data[instance.name][instance.SERVER_TYPE][instance.implementation]
             impl_dir, root = _find_impl_dir(instance.name, instance.SERVER_TYPE, instance.implementation)
             entrypoint = impl_dir / str(inner["entrypoint"])
@@ -279,7 +285,9 @@ class Launcher:
             reservation = ports.get_reservation(instance.name)
             if reservation is None:  # composed without reserve_ports: take the port now
                 reservation = ports.reserve_port(instance.name, host, inner.get("port") or None)
-            inner["host"], inner["port"] = host, reservation.port
+            if (inner.get("host"), inner.get("port")) != (host, reservation.port):
+                inner["host"], inner["port"] = host, reservation.port
+                self._instances[index] = _readdressed(instance.name, self._data[instance.name])
             sink = LogSink(instance.name, self.log_dir / f"{instance.name}.log", self.echo)
             self.servers.append(
                 ServerProcess(
@@ -402,7 +410,7 @@ class Launcher:
         self._released_ports = True
 
     def _child_env(self, server: ServerProcess, listen_fd: int) -> dict[str, str]:
-        env = dict(os.environ)
+        env = child_env(dict(os.environ))  # --search-dir roots reach the child as NEMO_GYM_EXTRA_ROOTS
         env.pop(NEMO_GYM_CONFIG_DICT_ENV_VAR_NAME, None)
         env[NEMO_GYM_CONFIG_FILE_ENV_VAR_NAME] = str(self.config_path)
         env[NEMO_GYM_CONFIG_PATH_ENV_VAR_NAME] = server.name
@@ -459,7 +467,7 @@ class Launcher:
 def running_servers(
     overrides: Sequence[str] | None = None,
     *,
-    config: DictConfig | None = None,
+    config: ComposedConfig | DictConfig | None = None,
     echo: bool = False,
     startup_timeout_s: float | None = None,
     shutdown_grace_s: float = SHUTDOWN_GRACE_S,
@@ -470,13 +478,23 @@ def running_servers(
     it from a thread that outlives the servers (children are tied to the launcher process, see ``processes.py``).
     """
     if config is None:
-        config = parse_global_config_dict(list(overrides or []), reserve_ports=True, require_server_instances=True)
+        config = compose(
+            ComposeOptions(overrides=list(overrides or []), reserve_ports=True, require_server_instances=True)
+        )
     launcher = Launcher(config, echo=echo, startup_timeout_s=startup_timeout_s, shutdown_grace_s=shutdown_grace_s)
     launcher.start()
     try:
         yield launcher
     finally:
         launcher.stop()
+
+
+def _readdressed(name: str, block: dict[str, Any]) -> ServerInstanceConfig:
+    """The instance ``name`` again, after the launcher gave it the address it now has in ``block``."""
+    instance, error = maybe_get_server_instance_config(name, block)
+    if instance is None:
+        raise ConfigError(f"server {name!r}: {error}")
+    return instance
 
 
 def _find_impl_dir(name: str, server_type: str, implementation: str) -> tuple[Path, Path]:

@@ -26,6 +26,7 @@ from tqdm import tqdm
 
 from nemo_gym.config.datasets import AGENT_REF_KEY
 from nemo_gym.jsonl import JsonlWriter, iter_jsonl, repair_tail, write_json_atomic
+from nemo_gym.rollouts.config import DEFAULT_CONCURRENCY
 from nemo_gym.rollouts.materialize import (
     ATTEMPT_INDEX_KEY,
     ROLLOUT_INDEX_KEY,
@@ -43,7 +44,6 @@ FAILURE_MESSAGE_KEY = "_ng_failure_message"
 FAILURE_TERMINAL_KEY = "_ng_failure_terminal"
 MAX_ATTEMPTS_ENV_VAR = "NEMO_GYM_MAX_ROLLOUT_ATTEMPTS"
 DEFAULT_MAX_ATTEMPTS = 3
-DEFAULT_CONCURRENCY = 256
 
 
 def failures_path(output_path: Path) -> Path:

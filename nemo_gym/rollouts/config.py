@@ -1,4 +1,7 @@
-"""The settings of a rollout collection, read from the composed config (flags are sugar for these keys)."""
+"""The typed settings of the ``gym eval`` commands: read from the composed config, with their flags set on top.
+
+Each default is written here once; the collector, reverify and the flags' help text read it from here.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +10,11 @@ from typing import Any
 from pydantic import ConfigDict, Field, field_validator
 
 from nemo_gym.config.command_config import BaseNeMoGymCLIConfig
-from nemo_gym.rollouts.collector import DEFAULT_CONCURRENCY
+
+DEFAULT_CONCURRENCY = 256
+"""Rollouts in flight at once when neither ``--concurrency`` nor ``num_samples_in_parallel`` says otherwise."""
+DEFAULT_REVERIFY_CONCURRENCY = 64
+"""Verifications in flight at once in ``gym eval reverify`` (its ``--concurrency``)."""
 
 
 class RolloutCollectionConfig(BaseNeMoGymCLIConfig):
@@ -98,7 +105,9 @@ class ReverifyConfig(BaseNeMoGymCLIConfig):
         default=None, description="The run's materialized inputs (--inputs; default: <rollouts stem>_materialized_…)."
     )
     output_jsonl_fpath: str = Field(description="Where the re-scored rollouts go (--output).")
-    num_samples_in_parallel: int = Field(default=64, ge=1, description="Verifications in flight (--concurrency).")
+    num_samples_in_parallel: int = Field(
+        default=DEFAULT_REVERIFY_CONCURRENCY, ge=1, description="Verifications in flight (--concurrency)."
+    )
     force: bool = Field(default=False, description="Re-verify even where /reverify_mode is not stateless (--force).")
     limit: int | None = Field(default=None, ge=1, description="Only the first N stored rollouts (--limit).")
     disable_aggregation: bool = Field(default=False, description="Skip aggregate metrics (--disable-aggregation).")
@@ -107,4 +116,4 @@ class ReverifyConfig(BaseNeMoGymCLIConfig):
     @field_validator("num_samples_in_parallel", mode="before")
     @classmethod
     def _default_concurrency(cls, value: Any) -> Any:
-        return 64 if value is None else value
+        return DEFAULT_REVERIFY_CONCURRENCY if value is None else value

@@ -28,9 +28,9 @@ import orjson
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
+from nemo_gym.config.compose import ComposedConfig
 from nemo_gym.config.datasets import AGENT_REF_KEY
 from nemo_gym.config.server_models import is_server_ref
-from nemo_gym.config.servers import find_server_instances
 from nemo_gym.errors import ConfigError
 from nemo_gym.jsonl import JsonlWriter, iter_jsonl, iter_jsonl_spans
 from nemo_gym.rollouts.aggregate import (
@@ -41,6 +41,7 @@ from nemo_gym.rollouts.aggregate import (
     write_metrics,
 )
 from nemo_gym.rollouts.collector import FAILURE_CLASS_KEY, FAILURE_MESSAGE_KEY, failures_path
+from nemo_gym.rollouts.config import DEFAULT_REVERIFY_CONCURRENCY
 from nemo_gym.rollouts.materialize import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
 from nemo_gym.rollouts.pool import run_bounded
 from nemo_gym.rollouts.shards import Key, RowIndex, row_key_at
@@ -50,7 +51,6 @@ from nemo_gym.transport.http_client import ServerTimeoutError, TransportConfig, 
 PREVIOUS_REWARD_KEY = "_ng_previous_reward"
 UNSAFE_KEY = "_ng_reverify_unsafe"
 """Set on rows re-scored with ``--force`` by a server that does not declare its verification stateless."""
-DEFAULT_REVERIFY_CONCURRENCY = 64
 STATELESS = "stateless"
 KEPT_FROM_STORED = ("response", "responses_create_params")
 """Fields of the stored row that a verify answer never replaces (the answer only echoes them back)."""
@@ -155,10 +155,9 @@ def plan_reverify(options: ReverifyOptions) -> ReverifyPlan:
 # Which servers verify
 
 
-def verifier_of_agents(config: DictConfig, agents: list[str]) -> dict[str, str]:
+def verifier_of_agents(config: ComposedConfig | DictConfig, agents: list[str]) -> dict[str, str]:
     """agent name -> the resources server its config names (``resources_server: {type, name}``)."""
-    instances, _ = find_server_instances(OmegaConf.to_container(config, resolve=True))
-    by_name = {instance.name: instance for instance in instances if instance.SERVER_TYPE == "responses_api_agents"}
+    by_name = {instance.name: instance for instance in ComposedConfig.of(config).instances_of("responses_api_agents")}
     routes: dict[str, str] = {}
     problems = []
     for agent in sorted(agents):
@@ -189,12 +188,12 @@ def _refs_in(node: Any) -> Iterator[str]:
             yield from _refs_in(value)
 
 
-def config_for_reverify(config: DictConfig, resources_servers: set[str]) -> DictConfig:
+def config_for_reverify(config: ComposedConfig | DictConfig, resources_servers: set[str]) -> ComposedConfig:
     """The config without the servers reverification does not need: only the given resources servers and whatever
     they refer to (a judge model, say) stay, so no agent and no unneeded policy model is started."""
-    data: dict[str, Any] = OmegaConf.to_container(config, resolve=True)  # type: ignore[assignment]
-    instances, _ = find_server_instances(data)
-    names = {instance.name for instance in instances}
+    composed = ComposedConfig.of(config)
+    data: dict[str, Any] = OmegaConf.to_container(composed.config, resolve=True)  # type: ignore[assignment]
+    names = {instance.name for instance in composed.instances}
     keep: set[str] = set()
     pending = list(resources_servers)
     while pending:
@@ -203,14 +202,14 @@ def config_for_reverify(config: DictConfig, resources_servers: set[str]) -> Dict
             continue
         keep.add(name)
         pending.extend(_refs_in(data[name]))
-    return OmegaConf.create({key: value for key, value in data.items() if key not in names or key in keep})
+    kept = OmegaConf.create({key: value for key, value in data.items() if key not in names or key in keep})
+    return ComposedConfig(kept, [i for i in composed.instances if i.name in keep], composed.env_yaml_path)
 
 
-def server_urls(config: DictConfig) -> dict[str, str]:
+def server_urls(config: ComposedConfig | DictConfig) -> dict[str, str]:
     """Base URL of every server instance of a config whose ports are assigned."""
-    instances, _ = find_server_instances(OmegaConf.to_container(config, resolve=True))
     urls = {}
-    for instance in instances:
+    for instance in ComposedConfig.of(config).instances:
         inner = instance.get_inner_run_server_config()
         if inner.host and inner.port:
             host = f"[{inner.host}]" if ":" in inner.host else inner.host
@@ -382,15 +381,18 @@ def _sort_in_place(path: Path) -> None:
     index.write_sorted(path)
 
 
-def reverify_rollouts(plan: ReverifyPlan, config: DictConfig, routes: dict[str, str] | None = None) -> ReverifySummary:
+def reverify_rollouts(
+    plan: ReverifyPlan, config: ComposedConfig | DictConfig, routes: dict[str, str] | None = None
+) -> ReverifySummary:
     """Re-verify against the servers of ``config`` (already running, ports assigned), then aggregate the metrics.
 
     ``routes`` (agent -> resources server) defaults to the agents' ``resources_server`` in ``config``; pass it when
     ``config`` holds only the verifying servers (see :func:`config_for_reverify`).
     """
+    composed = ComposedConfig.of(config)
     if routes is None:
-        routes = verifier_of_agents(config, list(plan.rollouts_per_agent))
-    urls = server_urls(config)
+        routes = verifier_of_agents(composed, list(plan.rollouts_per_agent))
+    urls = server_urls(composed)
 
     async def run() -> ReverifySummary:
         try:

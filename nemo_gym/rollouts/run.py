@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
+from nemo_gym.config.compose import ComposedConfig
 from nemo_gym.config.datasets import AGENT_REF_KEY, BenchmarkDatasetConfig
-from nemo_gym.config.servers import find_server_instances
 from nemo_gym.errors import ConfigError
 from nemo_gym.jsonl import JsonlWriter, iter_jsonl
 from nemo_gym.rollouts.aggregate import aggregate_metrics_path, compute_metrics, rows_by_agent, write_metrics
@@ -28,20 +28,17 @@ class RunResult:
     metrics_path: Path | None
 
 
-def agent_names(config: DictConfig) -> list[str]:
+def agent_names(config: ComposedConfig | DictConfig) -> list[str]:
     """Every agent instance of a config, started or not."""
-    instances, _ = find_server_instances(OmegaConf.to_container(config, resolve=True))
-    return [instance.name for instance in instances if instance.SERVER_TYPE == "responses_api_agents"]
+    return [instance.name for instance in ComposedConfig.of(config).instances_of("responses_api_agents")]
 
 
-def agent_urls(config: DictConfig) -> dict[str, str]:
+def agent_urls(config: ComposedConfig | DictConfig) -> dict[str, str]:
     """Base URL of every agent instance in a config whose ports are assigned."""
-    instances, _ = find_server_instances(OmegaConf.to_container(config, resolve=True))
     urls = {}
-    for instance in instances:
-        if instance.SERVER_TYPE == "responses_api_agents":
-            inner = instance.get_inner_run_server_config()
-            urls[instance.name] = f"http://{inner.host}:{inner.port}"
+    for instance in ComposedConfig.of(config).instances_of("responses_api_agents"):
+        inner = instance.get_inner_run_server_config()
+        urls[instance.name] = f"http://{inner.host}:{inner.port}"
     return urls
 
 
@@ -52,7 +49,7 @@ class SplitInput:
     """Rollouts per row that each agent's datasets ask for (their ``num_repeats``); used unless --num-repeats is set."""
 
 
-def prepare_split_input(config: DictConfig, split: str, path: Path) -> SplitInput:
+def prepare_split_input(config: ComposedConfig | DictConfig, split: str, path: Path) -> SplitInput:
     """Concatenate the agents' datasets of type ``split`` into one file, each row tagged with its agent.
 
     Benchmark rows are raw tasks, rendered here with their dataset's ``prompt_config``. Rows are written once and the
@@ -62,8 +59,7 @@ def prepare_split_input(config: DictConfig, split: str, path: Path) -> SplitInpu
     from nemo_gym.config.roots import find_path
     from nemo_gym.datasets.render import PromptRenderError, PromptTemplate
 
-    instances, _ = find_server_instances(OmegaConf.to_container(config, resolve=True))
-    selected = [(i.name, d) for i in instances for d in i.datasets or [] if d.type == split]
+    selected = [(i.name, d) for i in ComposedConfig.of(config).instances for d in i.datasets or [] if d.type == split]
     if not selected:
         raise ConfigError(f"no agent in the config declares a dataset of type {split!r}; pass --input PATH instead")
     sources: list[tuple[str, Any, Path, Any]] = []
@@ -98,16 +94,17 @@ def prepare_split_input(config: DictConfig, split: str, path: Path) -> SplitInpu
     return SplitInput(path, {agent: uniform.get(agent, 1) for agent in repeats_seen})
 
 
-def prepare_inputs(settings: RolloutCollectionConfig, config: DictConfig) -> Materialized:
+def prepare_inputs(settings: RolloutCollectionConfig, config: ComposedConfig | DictConfig) -> Materialized:
     """Check every input row and write the materialized rows. Needs only the config's agent names, not running
     servers, so a mistake in the data is reported before anything starts."""
+    composed = ComposedConfig.of(config)
     output = Path(settings.output_jsonl_fpath).expanduser().resolve()
     num_repeats = settings.num_repeats
     if settings.input_jsonl_fpath:
         input_path = Path(settings.input_jsonl_fpath).expanduser()
     elif settings.split:
         split_input = prepare_split_input(
-            config, settings.split, output.with_name(f"{output.stem}_{settings.split}.jsonl")
+            composed, settings.split, output.with_name(f"{output.stem}_{settings.split}.jsonl")
         )
         input_path = split_input.path
         if "num_repeats" not in settings.model_fields_set:  # no --num-repeats: the datasets' own num_repeats
@@ -125,7 +122,7 @@ def prepare_inputs(settings: RolloutCollectionConfig, config: DictConfig) -> Mat
             num_repeats=num_repeats,
             responses_create_params=settings.responses_create_params,
             num_repeats_add_seed=settings.num_repeats_add_seed,
-            known_agents=agent_names(config),
+            known_agents=agent_names(composed),
             resume_fingerprint=recorded_fingerprint(output) if settings.resume_from_cache else None,
         )
     )
@@ -133,15 +130,16 @@ def prepare_inputs(settings: RolloutCollectionConfig, config: DictConfig) -> Mat
 
 def run_collection(
     settings: RolloutCollectionConfig,
-    config: DictConfig,
+    config: ComposedConfig | DictConfig,
     show_progress: bool = True,
     materialized: Materialized | None = None,
 ) -> RunResult:
     """Collect every rollout against running servers; ``materialized`` from :func:`prepare_inputs` if already done."""
+    composed = ComposedConfig.of(config)
     output = Path(settings.output_jsonl_fpath).expanduser().resolve()
-    urls = agent_urls(config)
+    urls = agent_urls(composed)
     if materialized is None:
-        materialized = prepare_inputs(settings, config)
+        materialized = prepare_inputs(settings, composed)
     options = CollectionOptions(
         output_path=output,
         concurrency=settings.num_samples_in_parallel,

@@ -3,78 +3,77 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig
 from rich.markup import escape
 
 from nemo_gym.cli.command import Command, Invocation
 from nemo_gym.cli.flags import CONFIG_FLAGS, MODEL_FLAGS, Flag
 from nemo_gym.cli.output import GymConsole, console, err_console
+from nemo_gym.config.compose import ComposedConfig, ComposeOptions, compose
 from nemo_gym.config.server_models import BaseServerConfig
-from nemo_gym.global_config import parse_global_config_dict
+from nemo_gym.rollouts.config import DEFAULT_CONCURRENCY, DEFAULT_REVERIFY_CONCURRENCY
 
 EXIT_SOME_ROLLOUTS_FAILED = 3
 """Exit code of a run that finished but left failed rollouts (listed in the failures file; --resume retries them)."""
+DEFAULT_PROFILE_ROWS = 20
+"""Tasks shown by ``gym eval profile`` without ``--max-rows``."""
 
 RUN_FLAGS = (
     Flag(("--no-serve",), "use servers already started with `gym env start` instead of starting them", switch=True),
-    Flag(("--agent", "-a"), "agent instance for rows without agent_ref", override_key="agent_name", metavar="NAME"),
-    Flag(("--input", "-i"), "JSONL rows to run", override_key="input_jsonl_fpath", metavar="PATH"),
-    Flag(("--output", "-o"), "JSONL file for scored rollouts", override_key="output_jsonl_fpath", metavar="PATH"),
-    Flag(("--split",), "without --input: run the agents' datasets of this type", override_key="split",
+    Flag(("--agent", "-a"), "agent instance for rows without agent_ref", field="agent_name", metavar="NAME"),
+    Flag(("--input", "-i"), "JSONL rows to run", field="input_jsonl_fpath", metavar="PATH"),
+    Flag(("--output", "-o"), "JSONL file for scored rollouts", field="output_jsonl_fpath", metavar="PATH"),
+    Flag(("--split",), "without --input: run the agents' datasets of this type", field="split",
          metavar="train|validation|example|benchmark"),
-    Flag(("--limit",), "only the first N rows", override_key="limit", metavar="N", value_type=int, minimum=1),
-    Flag(("--num-repeats",), "rollouts per row", override_key="num_repeats", metavar="N", value_type=int,
-         minimum=1),
-    Flag(("--concurrency",), "rollouts in flight at once (default 256)", override_key="num_samples_in_parallel",
-         metavar="N", value_type=int, minimum=1),
+    Flag(("--limit",), "only the first N rows", field="limit", metavar="N", value_type=int, minimum=1),
+    Flag(("--num-repeats",), "rollouts per row", field="num_repeats", metavar="N", value_type=int, minimum=1),
+    Flag(("--concurrency",), f"rollouts in flight at once (default {DEFAULT_CONCURRENCY})",
+         field="num_samples_in_parallel", metavar="N", value_type=int, minimum=1),
     Flag(("--resume",), "continue a previous run: skip finished rollouts, retry failed ones",
-         override_key="resume_from_cache", switch=True),
-    Flag(("--temperature",), "sampling temperature for every row", override_key="responses_create_params.temperature",
+         field="resume_from_cache", switch=True),
+    Flag(("--temperature",), "sampling temperature for every row", field="responses_create_params.temperature",
          value_type=float, minimum=0),
-    Flag(("--top-p",), "nucleus sampling for every row", override_key="responses_create_params.top_p",
+    Flag(("--top-p",), "nucleus sampling for every row", field="responses_create_params.top_p",
          value_type=float, minimum=0, maximum=1),
     Flag(("--max-output-tokens",), "output token limit for every row",
-         override_key="responses_create_params.max_output_tokens", value_type=int, minimum=1),
-    Flag(("--disable-aggregation",), "do not compute aggregate metrics", override_key="disable_aggregation",
-         switch=True),
+         field="responses_create_params.max_output_tokens", value_type=int, minimum=1),
+    Flag(("--disable-aggregation",), "do not compute aggregate metrics", field="disable_aggregation", switch=True),
 )  # fmt: skip
 
 
 def run(invocation: Invocation) -> int:
     from nemo_gym.jsonl import check_writable_output
     from nemo_gym.rollouts.config import RolloutCollectionConfig
-    from nemo_gym.rollouts.run import prepare_inputs, run_collection
+    from nemo_gym.rollouts.run import RunResult, prepare_inputs, run_collection
 
     stderr = err_console
     if invocation.get("no_serve"):
-        from nemo_gym.server_utils import fetch_config_from_head_server
-
-        config = parse_global_config_dict(invocation.overrides, dummy_model=True)
-        settings = RolloutCollectionConfig.model_validate(dict(config))
+        composed = compose(ComposeOptions(overrides=invocation.overrides, dummy_model=True))
+        settings = invocation.settings(RolloutCollectionConfig, composed.config)
         check_writable_output(settings.output_jsonl_fpath)
-        head = BaseServerConfig(host=config.head_server.host, port=config.head_server.port)
-        result = _run_reporting(lambda: run_collection(settings, fetch_config_from_head_server(head)), settings, stderr)
-    else:
-        from nemo_gym.launcher import running_servers
+        return _run_reporting(lambda: run_collection(settings, _head_server_config(composed)), settings, stderr)
 
-        config = parse_global_config_dict(invocation.overrides, reserve_ports=True, require_server_instances=True)
-        settings = RolloutCollectionConfig.model_validate(dict(config))
-        check_writable_output(settings.output_jsonl_fpath)
+    from nemo_gym.launcher import running_servers
 
-        def start_and_collect():
-            materialized = prepare_inputs(settings, config)  # a bad row is reported before any server starts
-            stderr.print(f"Starting servers (logs in {Path(config.results_dir) / 'logs'}) …", markup=False)
-            with running_servers(config=config) as launcher:
-                return run_collection(settings, launcher.config, materialized=materialized)
+    composed = compose(
+        ComposeOptions(overrides=invocation.overrides, reserve_ports=True, require_server_instances=True)
+    )
+    settings = invocation.settings(RolloutCollectionConfig, composed.config)
+    check_writable_output(settings.output_jsonl_fpath)
 
-        result = _run_reporting(start_and_collect, settings, stderr)
-    return result
+    def start_and_collect() -> RunResult:
+        materialized = prepare_inputs(settings, composed)  # a bad row is reported before any server starts
+        stderr.print(f"Starting servers (logs in {Path(composed.config.results_dir) / 'logs'}) …", markup=False)
+        with running_servers(config=composed) as launcher:
+            return run_collection(settings, launcher.composed, materialized=materialized)
+
+    return _run_reporting(start_and_collect, settings, stderr)
 
 
-def _run_reporting(collect, settings, stderr: GymConsole) -> int:
+def _run_reporting(collect: Callable[[], Any], settings: Any, stderr: GymConsole) -> int:
     from nemo_gym.rollouts.aggregate import print_key_metrics
     from nemo_gym.rollouts.collector import failures_path
     from nemo_gym.rollouts.materialize import materialized_inputs_path
@@ -111,47 +110,46 @@ def _run_reporting(collect, settings, stderr: GymConsole) -> int:
 
 AGGREGATE_FLAGS = (
     Flag(("--input-glob",), "comma-separated globs of rollout shards, e.g. 'results/a_*.jsonl,b/*.jsonl'",
-         override_key="input_glob", metavar="GLOBS"),
+         field="input_glob", metavar="GLOBS"),
     Flag(("--output", "-o"), "merged rollouts file (metrics: <stem>_aggregate_metrics.json)",
-         override_key="output_jsonl_fpath", metavar="PATH"),
+         field="output_jsonl_fpath", metavar="PATH"),
     Flag(("--no-merge",), "only compute the metrics, do not write the merged file", switch=True),
     Flag(("--servers",), "ask the running agents' /aggregate_metrics (environment-specific metrics); found via the "
          "head server of `gym env start`", switch=True),
 )  # fmt: skip
 
 PROFILE_FLAGS = (
-    Flag(("--rollouts",), "scored rollouts of a run", override_key="rollouts_jsonl_fpath", metavar="PATH"),
+    Flag(("--rollouts",), "scored rollouts of a run", field="rollouts_jsonl_fpath", metavar="PATH"),
     Flag(("--inputs",), "the run's materialized inputs (default: <rollouts stem>_materialized_inputs.jsonl)",
-         override_key="materialized_inputs_jsonl_fpath", metavar="PATH"),
+         field="materialized_inputs_jsonl_fpath", metavar="PATH"),
     Flag(("--allow-partial",), "profile an unfinished run, reporting the missing rollouts",
-         override_key="allow_partial_rollouts", switch=True),
-    Flag(("--max-rows",), "tasks shown in the table (hardest first; default 20)", metavar="N", value_type=int,
-         minimum=1),
+         field="allow_partial_rollouts", switch=True),
+    Flag(("--max-rows",), f"tasks shown in the table (hardest first; default {DEFAULT_PROFILE_ROWS})", metavar="N",
+         value_type=int, minimum=1),
 )  # fmt: skip
 
 REVERIFY_FLAGS = (
     Flag(("--no-serve",), "use servers already started with `gym env start` instead of starting them", switch=True),
-    Flag(("--rollouts",), "stored rollouts to re-score", override_key="rollouts_jsonl_fpath", metavar="PATH"),
+    Flag(("--rollouts",), "stored rollouts to re-score", field="rollouts_jsonl_fpath", metavar="PATH"),
     Flag(("--inputs",), "the run's materialized inputs (default: <rollouts stem>_materialized_inputs.jsonl)",
-         override_key="materialized_inputs_jsonl_fpath", metavar="PATH"),
-    Flag(("--output", "-o"), "new rollouts file (the stored files are never edited)",
-         override_key="output_jsonl_fpath", metavar="PATH"),
-    Flag(("--concurrency",), "verifications in flight at once (default 64)", override_key="num_samples_in_parallel",
-         metavar="N", value_type=int, minimum=1),
-    Flag(("--limit",), "only the first N stored rollouts", override_key="limit", metavar="N", value_type=int,
-         minimum=1),
-    Flag(("--force",), "verify even where a resources server's /reverify_mode is not 'stateless'",
-         override_key="force", switch=True),
-    Flag(("--disable-aggregation",), "do not compute aggregate metrics", override_key="disable_aggregation",
+         field="materialized_inputs_jsonl_fpath", metavar="PATH"),
+    Flag(("--output", "-o"), "new rollouts file (the stored files are never edited)", field="output_jsonl_fpath",
+         metavar="PATH"),
+    Flag(("--concurrency",), f"verifications in flight at once (default {DEFAULT_REVERIFY_CONCURRENCY})",
+         field="num_samples_in_parallel", metavar="N", value_type=int, minimum=1),
+    Flag(("--limit",), "only the first N stored rollouts", field="limit", metavar="N", value_type=int, minimum=1),
+    Flag(("--force",), "verify even where a resources server's /reverify_mode is not 'stateless'", field="force",
          switch=True),
+    Flag(("--disable-aggregation",), "do not compute aggregate metrics", field="disable_aggregation", switch=True),
 )  # fmt: skip
 
 
-def _head_server_config(config: DictConfig) -> DictConfig:
+def _head_server_config(composed: ComposedConfig) -> ComposedConfig:
     """The config of running servers, asked from the head server the composed config points at."""
     from nemo_gym.server_utils import fetch_config_from_head_server
 
-    return fetch_config_from_head_server(BaseServerConfig(host=config.head_server.host, port=config.head_server.port))
+    head = composed.config.head_server
+    return ComposedConfig.of(fetch_config_from_head_server(BaseServerConfig(host=head.host, port=head.port)))
 
 
 def _inputs_path(settings: Any) -> Path:
@@ -167,11 +165,11 @@ def aggregate(invocation: Invocation) -> int:
     from nemo_gym.rollouts.run import agent_urls
     from nemo_gym.rollouts.shards import aggregate_shards
 
-    config = parse_global_config_dict(invocation.overrides, dummy_model=True)
-    settings = AggregateRolloutsConfig.model_validate(dict(config))
+    composed = compose(ComposeOptions(overrides=invocation.overrides, dummy_model=True))
+    settings = invocation.settings(AggregateRolloutsConfig, composed.config)
     urls = None
     if invocation.get("servers"):
-        urls = agent_urls(_head_server_config(config))
+        urls = agent_urls(_head_server_config(composed))
     result = aggregate_shards(
         settings.input_glob,
         Path(settings.output_jsonl_fpath),
@@ -200,11 +198,11 @@ def profile(invocation: Invocation) -> int:
     from nemo_gym.rollouts.config import RewardProfileConfig
     from nemo_gym.rollouts.profile import print_profile, profile_rewards
 
-    config = parse_global_config_dict(invocation.overrides, dummy_model=True)
-    settings = RewardProfileConfig.model_validate(dict(config))
+    composed = compose(ComposeOptions(overrides=invocation.overrides, dummy_model=True))
+    settings = invocation.settings(RewardProfileConfig, composed.config)
     rollouts = Path(settings.rollouts_jsonl_fpath).expanduser()
     result = profile_rewards(_inputs_path(settings), rollouts, allow_partial=settings.allow_partial_rollouts)
-    print_profile(result, console, max_rows=max(1, invocation.get("max_rows") or 20))
+    print_profile(result, console, max_rows=invocation.get("max_rows") or DEFAULT_PROFILE_ROWS)
     if result.missing_keys:
         shown = ", ".join(f"{t}:{r}" for t, r in result.missing_keys[:10])
         more = f", … {len(result.missing_keys) - 10} more" if len(result.missing_keys) > 10 else ""
@@ -227,10 +225,15 @@ def reverify(invocation: Invocation) -> int:
 
     stderr = err_console
     no_serve = bool(invocation.get("no_serve"))
-    config = parse_global_config_dict(
-        invocation.overrides, dummy_model=True, reserve_ports=not no_serve, require_server_instances=not no_serve
+    composed = compose(
+        ComposeOptions(
+            overrides=invocation.overrides,
+            dummy_model=True,
+            reserve_ports=not no_serve,
+            require_server_instances=not no_serve,
+        )
     )
-    settings = ReverifyConfig.model_validate(dict(config))
+    settings = invocation.settings(ReverifyConfig, composed.config)
     options = ReverifyOptions(
         inputs_path=_inputs_path(settings),
         rollouts_path=Path(settings.rollouts_jsonl_fpath).expanduser(),
@@ -243,15 +246,15 @@ def reverify(invocation: Invocation) -> int:
     )
     plan = plan_reverify(options)  # every file problem is reported before a server starts
     if no_serve:
-        summary = reverify_rollouts(plan, _head_server_config(config))
+        summary = reverify_rollouts(plan, _head_server_config(composed))
     else:
         from nemo_gym.launcher import running_servers
 
-        routes = verifier_of_agents(config, list(plan.rollouts_per_agent))
+        routes = verifier_of_agents(composed, list(plan.rollouts_per_agent))
         needed = sorted(set(routes.values()))
         stderr.print(f"Starting {', '.join(needed)} and what they need (logs in results/logs/) …")
-        with running_servers(config=config_for_reverify(config, set(needed))) as launcher:
-            summary = reverify_rollouts(plan, launcher.config, routes)
+        with running_servers(config=config_for_reverify(composed, set(needed))) as launcher:
+            summary = reverify_rollouts(plan, launcher.composed, routes)
     return _report_reverify(summary, stderr)
 
 
@@ -328,13 +331,11 @@ COMMANDS = (
 
 def prepare(invocation: Invocation) -> int:
     """Write the data of every benchmark in the composed config by running its prepare script."""
-    from omegaconf import OmegaConf
-
     from nemo_gym.benchmarks import PrepareBenchmarksConfig, prepare_benchmarks
 
-    config = parse_global_config_dict(invocation.overrides, dummy_model=True)
-    settings = PrepareBenchmarksConfig.model_validate(OmegaConf.to_container(config, resolve=True))
-    for result in prepare_benchmarks(config, settings):
+    composed = compose(ComposeOptions(overrides=invocation.overrides, dummy_model=True))
+    settings = invocation.settings(PrepareBenchmarksConfig, composed.config)
+    for result in prepare_benchmarks(composed.config, settings):
         with result.path.open("rb") as handle:
             rows = sum(1 for line in handle if line.strip())
         state = "cached  " if result.cached else "prepared"

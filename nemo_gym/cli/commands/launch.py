@@ -15,18 +15,20 @@ from rich.table import Table
 from nemo_gym.cli.command import Command, Invocation
 from nemo_gym.cli.flags import CONFIG_FLAGS, JSON_FLAG, MODEL_FLAGS
 from nemo_gym.cli.output import console, print_error
-from nemo_gym.global_config import parse_global_config_dict
+from nemo_gym.config.compose import ComposeOptions, compose
 
 
 def start(invocation: Invocation) -> int:
     """Start every server of the config, print where they listen, and run until Ctrl-C / SIGTERM."""
     from nemo_gym.launcher.runner import Launcher  # imported here: fastapi/uvicorn would slow every `gym` call
 
-    config = parse_global_config_dict(invocation.overrides, reserve_ports=True, require_server_instances=True)
-    launcher = Launcher(config, echo=True)
+    composed = compose(
+        ComposeOptions(overrides=invocation.overrides, reserve_ports=True, require_server_instances=True)
+    )
+    launcher = Launcher(composed, echo=True)
     with _sigterm_as_interrupt():
         try:
-            if config.get("dry_run"):
+            if composed.config.get("dry_run"):
                 launcher.prepare_only()
                 console.print("Dry run: every server's environment is ready; nothing was started.")
                 return 0
@@ -45,7 +47,7 @@ def status(invocation: Invocation) -> int:
     """List the servers a running ``gym env start`` reports, with a live health probe of each."""
     from nemo_gym.launcher.status import HeadServerUnreachable, query_status
 
-    config = parse_global_config_dict(invocation.overrides)
+    config = compose(ComposeOptions(overrides=invocation.overrides)).config
     head = config.get("head_server") or {}
     host = str(head.get("host") or "127.0.0.1")
     port = int(head.get("port") or 11000)
