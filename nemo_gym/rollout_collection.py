@@ -16,7 +16,7 @@ import orjson
 from nemo_gym.config.datasets import AGENT_REF_KEY
 from nemo_gym.config.server_models import BaseServerConfig
 from nemo_gym.errors import ConfigError
-from nemo_gym.rollouts.config import RolloutCollectionConfig
+from nemo_gym.rollouts.config import DEFAULT_CONCURRENCY, RolloutCollectionConfig
 from nemo_gym.server_utils import ServerClient
 from nemo_gym.transport import http_client
 
@@ -48,10 +48,11 @@ class RolloutCollectionHelper:
         semaphore: asyncio.Semaphore | None = None,
     ) -> AsyncIterator[tuple[dict[str, Any], dict[str, Any]]]:
         """Each row needs ``agent_ref`` (``{"name": ...}``). ``rows`` is one batch: all of it is scheduled at once and
-        at most ``semaphore`` (default 256) rollouts are in flight. A failed rollout yields a result with
-        ``_ng_failure_class`` / ``_ng_failure_message`` instead of raising, so one bad row never stops a batch."""
+        at most ``semaphore`` (default ``DEFAULT_CONCURRENCY``) rollouts are in flight. A failed rollout yields a
+        result with ``_ng_failure_class`` / ``_ng_failure_message`` instead of raising, so one bad row never stops a
+        batch."""
         client = self._server_client(head_server_config)
-        limit = semaphore or asyncio.Semaphore(256)
+        limit = semaphore or asyncio.Semaphore(DEFAULT_CONCURRENCY)
 
         async def run_one(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
             ref = row.get(AGENT_REF_KEY)
