@@ -41,6 +41,8 @@ READY_MARKER = ".nemo_gym_venv_ready"
 """Written last into a venv; its presence is what makes a venv usable."""
 REQUIREMENTS_FILE = "requirements.txt"
 PYPROJECT_FILE = "pyproject.toml"
+OVERRIDES_FILE = "overrides.txt"
+"""NeMo Gym's convention: ``uv pip install --override overrides.txt`` beside a requirements.txt."""
 _LAYOUT_VERSION = "1"
 """Bumped when the way venvs are built changes, so old venvs are not reused."""
 
@@ -92,16 +94,21 @@ def find_uv() -> str:
     )
 
 
-def framework_requirement(extras: str = "") -> str:
-    """How a venv installs the framework: editable from a source checkout, else the launcher's exact version."""
+def framework_requirement(extras: str = "", framework_dir: Path | None = None) -> str:
+    """How a venv installs the framework: editable from a source checkout, else the launcher's exact version.
+
+    ``framework_dir`` installs another source tree of the framework instead (a migration check's control run).
+    """
     suffix = f"[{extras}]" if extras else ""
+    if framework_dir is not None:
+        return f"-e {framework_dir}{suffix}"
     if (PARENT_DIR / PYPROJECT_FILE).is_file():
         return f"-e {PARENT_DIR}{suffix}"
     return f"nemo-gym{suffix}=={__version__}"
 
 
-def _framework_fingerprint() -> bytes:
-    pyproject = PARENT_DIR / PYPROJECT_FILE
+def _framework_fingerprint(framework_dir: Path | None = None) -> bytes:
+    pyproject = (framework_dir or PARENT_DIR) / PYPROJECT_FILE
     if pyproject.is_file():
         return pyproject.read_bytes()
     return f"nemo-gym=={__version__}".encode()
@@ -118,15 +125,21 @@ def _is_local_path(value: str) -> bool:
 
 
 def _names_framework_dir(value: str, base: Path) -> bool:
+    """A local path to this framework, or to any source tree of a package named nemo-gym (e.g. ``-e ../..`` in a
+    NeMo Gym checkout), which must never be installed beside ours."""
     path = value.split("[", 1)[0]
     if not _is_local_path(path):
         return False
     with contextlib.suppress(OSError):
-        return (base / Path(path).expanduser()).resolve() == PARENT_DIR
+        target = (base / Path(path).expanduser()).resolve()
+        pyproject = target / PYPROJECT_FILE
+        return target == PARENT_DIR or (
+            pyproject.is_file() and re.search(r'(?m)^name\s*=\s*"nemo[-_.]?gym"', pyproject.read_text()) is not None
+        )
     return False
 
 
-def rewrite_requirements(text: str, base: Path) -> str:
+def rewrite_requirements(text: str, base: Path, framework_dir: Path | None = None) -> str:
     """Requirements with every line naming the framework replaced by :func:`framework_requirement`.
 
     Relative paths (``-r other.txt``, ``-e ./pkg``, ``../lib``) are made absolute against ``base``, the requirement
@@ -156,7 +169,7 @@ def rewrite_requirements(text: str, base: Path) -> str:
             out.append(str((base / Path(line).expanduser()).resolve()))
         else:
             out.append(line)
-    framework = framework_requirement(",".join(sorted(framework_extras)))
+    framework = framework_requirement(",".join(sorted(framework_extras)), framework_dir)
     header = "# framework (replaces any nemo-gym line)" if named_framework else "# framework (always installed)"
     return "\n".join([header, framework, *out]) + "\n"
 
@@ -173,6 +186,10 @@ class VenvSpec:
     python_version: str
     key: str
     path: Path
+    framework_dir: Path | None = None
+    """Another framework source tree installed in place of ours (None: ours)."""
+    install_args: tuple[str, ...] = ()
+    """Extra ``uv pip install`` arguments (e.g. ``--python-version``)."""
 
     @property
     def python(self) -> Path:
@@ -191,7 +208,16 @@ class VenvSpec:
         return f"{self.server_type}/{self.implementation}"
 
 
-def venv_spec(server_type: str, implementation: str, impl_dir: Path, cache_dir: Path, python_version: str) -> VenvSpec:
+def venv_spec(
+    server_type: str,
+    implementation: str,
+    impl_dir: Path,
+    cache_dir: Path,
+    python_version: str,
+    *,
+    framework_dir: Path | None = None,
+    install_args: tuple[str, ...] = (),
+) -> VenvSpec:
     """The venv an implementation directory needs; raises ConfigError unless it has exactly one dependency file."""
     requirements = impl_dir / REQUIREMENTS_FILE
     pyproject = impl_dir / PYPROJECT_FILE
@@ -214,13 +240,29 @@ def venv_spec(server_type: str, implementation: str, impl_dir: Path, cache_dir: 
         spec_file.read_bytes(),
         str(impl_dir.resolve()).encode(),
         python_version.encode(),
-        _framework_fingerprint(),
+        _framework_fingerprint(framework_dir),
+        *_optional_key_parts(impl_dir, framework_dir, install_args),
     ):
         digest.update(len(part).to_bytes(8, "little"))
         digest.update(part)
     key = digest.hexdigest()[:16]
     path = cache_dir / "venvs" / server_type / f"{implementation}-{key}"
-    return VenvSpec(server_type, implementation, impl_dir.resolve(), kind, spec_file, python_version, key, path)
+    return VenvSpec(
+        server_type, implementation, impl_dir.resolve(), kind, spec_file, python_version, key, path,
+        framework_dir, install_args,
+    )  # fmt: skip
+
+
+def _optional_key_parts(impl_dir: Path, framework_dir: Path | None, install_args: tuple[str, ...]) -> list[bytes]:
+    """Key parts that exist only when used, so the keys of ordinary venvs never change."""
+    parts = []
+    if (overrides := impl_dir / OVERRIDES_FILE).is_file():
+        parts.append(b"overrides:" + overrides.read_bytes())
+    if framework_dir is not None:
+        parts.append(f"framework:{framework_dir.resolve()}".encode())
+    if install_args:
+        parts.append(("args:" + " ".join(install_args)).encode())
+    return parts
 
 
 @dataclass
@@ -292,13 +334,26 @@ def _build(spec: VenvSpec, ctx: BuildContext) -> None:
         install += ["--find-links", str(wheelhouse)]
     if ctx.verbose:
         install.append("-v")
+    install += spec.install_args
     if spec.kind == "requirements":
         rewritten = spec.path / "nemo_gym_requirements.txt"
-        rewritten.write_text(rewrite_requirements(spec.spec_file.read_text(encoding="utf-8"), spec.impl_dir))
+        text = spec.spec_file.read_text(encoding="utf-8")
+        rewritten.write_text(rewrite_requirements(text, spec.impl_dir, spec.framework_dir))
         install += ["-r", str(rewritten)]
+        if (spec.impl_dir / OVERRIDES_FILE).is_file():
+            install += ["--override", str(spec.impl_dir / OVERRIDES_FILE)]
     else:
-        install += [*framework_requirement().split(" ", 1), "-e", str(spec.impl_dir)]
+        if _sources_name_framework(spec.spec_file):
+            install.append("--no-sources")  # its [tool.uv.sources] would install the other framework beside ours
+        install += [*framework_requirement(framework_dir=spec.framework_dir).split(" ", 1), "-e", str(spec.impl_dir)]
     _run(ctx, install, spec.impl_dir)
+
+
+def _sources_name_framework(pyproject: Path) -> bool:
+    """Whether a server's pyproject points ``nemo-gym`` at a path of its own in ``[tool.uv.sources]``."""
+    text = pyproject.read_text(encoding="utf-8")
+    sources = text.split("[tool.uv.sources]", 1)[1].split("\n[", 1)[0] if "[tool.uv.sources]" in text else ""
+    return re.search(r"(?m)^\s*nemo[-_.]?gym\s*=", sources) is not None
 
 
 def _run(ctx: BuildContext, args: list[str], cwd: Path) -> None:

@@ -12,11 +12,26 @@ from rich.table import Table
 from nemo_gym import PARENT_DIR
 from nemo_gym.cli.command import Command, Invocation
 from nemo_gym.cli.flags import Flag
-from nemo_gym.cli.output import console
+from nemo_gym.cli.output import console, print_warning
 from nemo_gym.errors import ConfigError
 
 SEARCH_DIR = Flag(("--search-dir",), "extra root searched for servers before cwd (repeatable)", repeatable=True,
                   metavar="DIR")  # fmt: skip
+
+
+CHECKOUT = Flag(("--checkout",), "test the server folders of this NeMo Gym checkout against our nemo_gym instead",
+               metavar="PATH")  # fmt: skip
+CHECKOUT_ONLY = (
+    Flag(("--folder",), "with --checkout: only folders matching this name or glob (repeatable)", repeatable=True,
+         metavar="GLOB"),
+    Flag(("--jobs",), "with --checkout: folders tested at once", value_type=int, minimum=1, metavar="N"),
+    Flag(("--timeout",), "with --checkout: seconds allowed for each folder's venv build, and for its tests "
+         "(default 900)", value_type=float, minimum=1, metavar="SECONDS"),
+    Flag(("--nemo-gym",), "with --checkout: install this nemo_gym source tree instead of ours (a control run)",
+         metavar="PATH"),
+    Flag(("--python",), "with --checkout: the venvs' Python (a version such as 3.13, or a path)", metavar="PYTHON"),
+    Flag(("--json",), "with --checkout: also write the results as JSON here", metavar="PATH"),
+)  # fmt: skip
 
 
 def _entrypoint_override(invocation: Invocation) -> str | None:
@@ -52,6 +67,10 @@ def test(invocation: Invocation) -> int:
     only = invocation.get("resources_server") or _entrypoint_override(invocation)
     config = parse_global_config_dict([t for t in invocation.overrides if not t.lstrip("+").startswith("entrypoint=")],
                                       dummy_model=True)  # fmt: skip
+    if invocation.get("checkout"):
+        return _test_checkout(invocation, Path(config.cache_dir))
+    if misplaced := [f for f in CHECKOUT_ONLY if invocation.get(f.dest) not in (None, [], False)]:
+        raise ConfigError(f"{misplaced[0].names[0]} goes with --checkout PATH (a NeMo Gym checkout to test)")
     shared = bool(invocation.get("shared_venv") or config.get("shared_venv"))
     validate_data = only is None or bool(config.get("should_validate_data"))
     results = []
@@ -76,6 +95,60 @@ def test(invocation: Invocation) -> int:
         )
         table.add_row(escape(r.label), r.outcome, data, f"{r.seconds:.1f}", escape(r.summary))
     console.print(table)
+    failed = [r for r in results if not r.ok]
+    console.print(f"{len(results) - len(failed)} passed, {len(failed)} failed")
+    return 1 if failed else 0
+
+
+def _test_checkout(invocation: Invocation, cache_dir: Path) -> int:
+    """The migration check: every server folder of another checkout, tested against our nemo_gym (or --nemo-gym)."""
+    import threading
+
+    from nemo_gym.authoring.migration_check import (
+        DEFAULT_TIMEOUT_S,
+        CheckOptions,
+        resolve_interpreter,
+        run_check,
+        write_report,
+    )
+    from nemo_gym.jsonl import check_writable_output
+
+    checkout = Path(invocation.get("checkout")).expanduser().resolve()
+    framework = invocation.get("nemo_gym")
+    options = CheckOptions(
+        checkout=checkout,
+        cache_dir=cache_dir,
+        patterns=tuple(invocation.get("folder") or ()),
+        jobs=invocation.get("jobs") or 1,
+        timeout_s=invocation.get("timeout") or DEFAULT_TIMEOUT_S,
+        framework_dir=Path(framework).expanduser().resolve() if framework else None,
+        python=invocation.get("python"),
+    )
+    json_path = check_writable_output(invocation.get("json"), "--json") if invocation.get("json") else None
+    interpreter = resolve_interpreter(options.python, options.framework_dir)
+    if interpreter.note:
+        print_warning(interpreter.note)
+    against = options.framework_dir or "ours"
+    console.print(f"testing the server folders of {checkout} with nemo_gym {against}, Python {interpreter.version}",
+                  markup=False)  # fmt: skip
+    lock = threading.Lock()
+
+    def progress(result) -> None:
+        with lock:
+            console.print(f"  {result.result:<11} {result.folder} ({result.passed} passed, {result.failed} failed, "
+                          f"{result.skipped} skipped, {result.seconds:.0f} s)", markup=False)  # fmt: skip
+
+    results = run_check(options, interpreter, progress)
+    table = Table(title="Server folders", title_justify="left")
+    for column, justify in (("Folder", "left"), ("Result", "left"), ("Passed", "right"), ("Failed", "right"),
+                            ("Skipped", "right"), ("Cause", "left"), ("First error", "left")):  # fmt: skip
+        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    for r in results:
+        table.add_row(escape(r.folder), r.result, str(r.passed), str(r.failed), str(r.skipped), r.cause or "",
+                      escape(r.first_error[:200]))  # fmt: skip
+    console.print(table)
+    if json_path is not None:
+        write_report(json_path, options, interpreter, results)
     failed = [r for r in results if not r.ok]
     console.print(f"{len(results) - len(failed)} passed, {len(failed)} failed")
     return 1 if failed else 0
@@ -112,8 +185,13 @@ COMMANDS = (
             Flag(("--resources-server",), "only this resources server", metavar="NAME"),
             Flag(("--shared-venv",), "run in this Python environment instead of each server's venv", switch=True),
             SEARCH_DIR,
+            CHECKOUT,
+            *CHECKOUT_ONLY,
         ),
-        examples=("example: gym env test --resources-server my_env", "example: gym env test   # every server"),
+        examples=(
+            "example: gym env test --resources-server my_env", "example: gym env test   # every server",
+            "example: gym env test --checkout ../Gym --folder 'resources_servers/example_*' --json check.json",
+        ),
     ),
     Command("dev", "test", "run the core test suite (tests/)", dev_test),
     Command(
