@@ -1,0 +1,99 @@
+"""From a server's ``sandbox_provider`` setting to the one-key provider config that ``create_provider`` takes.
+
+A server names a top-level block (``sandbox_provider: sandbox``), and a provider config file defines that block, so
+switching runtimes means switching one ``config_paths`` entry::
+
+    sandbox:                      # e.g. nemo_gym/sandbox/providers/local/configs/local.yaml
+      local: {network: false}     # exactly one provider key: its constructor arguments
+      default_metadata: {...}     # optional, reserved: defaults for SandboxSpec.metadata
+
+``sandbox_provider`` may also be the block itself, inline (``{local: {...}}``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["DEFAULT_METADATA_KEY", "resolve_provider_config", "resolve_provider_metadata"]
+
+DEFAULT_METADATA_KEY = "default_metadata"
+"""The one key of a sandbox block that is not a provider."""
+
+
+def _plain(value: Any) -> Any:
+    """A plain ``dict`` for any mapping (OmegaConf's ``DictConfig`` resolved), anything else unchanged."""
+    try:
+        from omegaconf import DictConfig, OmegaConf
+    except ImportError:  # pragma: no cover - omegaconf is a core dependency
+        DictConfig = None  # type: ignore[assignment,misc]
+    if DictConfig is not None and isinstance(value, DictConfig):
+        return OmegaConf.to_container(value, resolve=True)
+    return dict(value) if isinstance(value, Mapping) else value
+
+
+def _provider_keys(block: Mapping[str, Any]) -> list[str]:
+    return [key for key in block if key != DEFAULT_METADATA_KEY]
+
+
+def _sandbox_blocks(named_configs: Mapping[str, Any] | None) -> list[str]:
+    """Top-level names that look like sandbox blocks (a mapping with one provider key), for the error message."""
+    names = []
+    for name, value in (named_configs or {}).items():
+        plain = _plain(value)
+        if isinstance(plain, Mapping) and len(_provider_keys(plain)) == 1:
+            names.append(str(name))
+    return sorted(names)
+
+
+def _block(sandbox_provider: str | Mapping[str, Any], named_configs: Mapping[str, Any] | None) -> tuple[Any, str]:
+    """The block ``sandbox_provider`` refers to, as plain data, and a phrase naming where it came from."""
+    if isinstance(sandbox_provider, str):
+        if not sandbox_provider:
+            raise ValueError("Sandbox provider reference must be a non-empty string")
+        block = None if named_configs is None else named_configs.get(sandbox_provider)
+        if block is None:
+            available = ", ".join(repr(name) for name in _sandbox_blocks(named_configs)) or "(none)"
+            raise ValueError(
+                f"Sandbox provider reference {sandbox_provider!r} is not defined in the merged config: add a top-level "
+                f"'{sandbox_provider}:' block to a file in config_paths (e.g. "
+                f"nemo_gym/sandbox/providers/local/configs/local.yaml). Available sandbox configs: {available}"
+            )
+        return _plain(block), f"reference {sandbox_provider!r}"
+    if isinstance(sandbox_provider, Mapping):
+        return _plain(sandbox_provider), "inline sandbox_provider config"
+    raise TypeError(
+        "sandbox_provider must be a name reference (str) or a single-key provider mapping, "
+        f"got {type(sandbox_provider).__name__}"
+    )
+
+
+def resolve_provider_config(
+    sandbox_provider: str | Mapping[str, Any], named_configs: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """``{provider_name: options}`` for ``create_provider``: the named block (looked up in ``named_configs``,
+    usually the global config) or the inline mapping, without ``default_metadata``."""
+    block, source = _block(sandbox_provider, named_configs)
+    if not isinstance(block, Mapping):
+        raise ValueError(f"Sandbox provider config from {source} must be a mapping, got: {block!r}")
+    keys = _provider_keys(block)
+    if len(keys) != 1:
+        raise ValueError(
+            f"Sandbox provider config from {source} must have exactly one provider key {{provider_name: config}}, "
+            f"got keys: {keys!r}"
+        )
+    return {keys[0]: block[keys[0]]}
+
+
+def resolve_provider_metadata(
+    sandbox_provider: str | Mapping[str, Any], named_configs: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The block's ``default_metadata`` (``{}`` when absent): defaults a server merges under its own
+    ``SandboxSpec.metadata``, so tags that identify the runtime live with the runtime's config."""
+    block, source = _block(sandbox_provider, named_configs)
+    if not isinstance(block, Mapping):
+        raise ValueError(f"Sandbox provider config from {source} must be a mapping, got: {block!r}")
+    metadata = block.get(DEFAULT_METADATA_KEY) or {}
+    if not isinstance(metadata, Mapping):
+        raise ValueError(f"Sandbox '{DEFAULT_METADATA_KEY}' from {source} must be a mapping, got: {metadata!r}")
+    return dict(metadata)

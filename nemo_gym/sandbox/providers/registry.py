@@ -1,0 +1,114 @@
+"""Provider names to provider classes, so a config can pick a runtime by name: ``{"docker": {...}}``.
+
+A name is looked up in three places, first match wins:
+
+1. classes registered in this process with :func:`register_provider` (tests, plugins loaded by hand);
+2. the built-in providers (``local``, ``docker``, ``apptainer``), imported only when asked for;
+3. entry points in the ``nemo_gym.sandbox_providers`` group, so an installed package can ship a provider::
+
+       [project.entry-points."nemo_gym.sandbox_providers"]
+       my_runtime = "my_pkg.provider:MyRuntimeProvider"
+
+Two installed packages claiming one entry-point name is an error (which one wins would be an accident); an entry point
+hidden by a registered or built-in name is logged and ignored.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Callable, Mapping
+from importlib.metadata import entry_points
+from typing import Any
+
+from nemo_gym.sandbox.providers.base import SandboxProvider
+
+__all__ = ["ENTRY_POINT_GROUP", "create_provider", "get_provider_class", "list_providers", "register_provider"]
+
+logger = logging.getLogger(__name__)
+
+ENTRY_POINT_GROUP = "nemo_gym.sandbox_providers"
+
+ProviderClass = type[SandboxProvider]
+
+_BUILTIN: dict[str, str] = {
+    "apptainer": "nemo_gym.sandbox.providers.apptainer:ApptainerProvider",
+    "docker": "nemo_gym.sandbox.providers.docker:DockerProvider",
+    "local": "nemo_gym.sandbox.providers.local:LocalProvider",
+}
+"""Built-in names and where their classes live (``module:attribute``), imported on first use."""
+
+_registered: dict[str, ProviderClass] = {}
+_entry_point_cache: dict[str, Callable[[], Any]] | None = None
+
+
+def _import_builtin(target: str) -> ProviderClass:
+    module_name, _, attribute = target.partition(":")
+    provider_class: ProviderClass = getattr(importlib.import_module(module_name), attribute)
+    return provider_class
+
+
+def _entry_points() -> dict[str, Callable[[], Any]]:
+    """Installed providers by name (read once per process)."""
+    global _entry_point_cache
+    if _entry_point_cache is None:
+        found: dict[str, Callable[[], Any]] = {}
+        owners: dict[str, str] = {}
+        for entry in entry_points(group=ENTRY_POINT_GROUP):
+            owner = getattr(getattr(entry, "dist", None), "name", None) or "<unknown distribution>"
+            if entry.name in found:
+                raise ValueError(
+                    f"Duplicate sandbox provider entry point {entry.name!r} published by {owners[entry.name]!r} and "
+                    f"{owner!r}; rename one of them"
+                )
+            if entry.name in _registered or entry.name in _BUILTIN:
+                logger.warning(
+                    "Sandbox provider entry point %r from %r is shadowed by a provider of the same name; ignored",
+                    entry.name,
+                    owner,
+                )
+            found[entry.name] = entry.load
+            owners[entry.name] = owner
+        _entry_point_cache = found
+    return _entry_point_cache
+
+
+def register_provider(name: str, provider_class: ProviderClass, *, override: bool = False) -> None:
+    """Make ``provider_class`` available under ``name``; taking a name already in use needs ``override=True``."""
+    if not name:
+        raise ValueError("Provider name must be non-empty")
+    if not override and (name in _registered or name in _BUILTIN):
+        raise ValueError(f"Sandbox provider {name!r} is already registered")
+    _registered[name] = provider_class
+
+
+def get_provider_class(name: str) -> ProviderClass:
+    """The class behind ``name``: registered first, then built-in, then installed entry points."""
+    if name in _registered:
+        return _registered[name]
+    if name in _BUILTIN:
+        return _import_builtin(_BUILTIN[name])
+    loader = _entry_points().get(name)
+    if loader is not None:
+        loaded: ProviderClass = loader()
+        return loaded
+    raise ValueError(f"Unknown sandbox provider {name!r}. Available providers: {', '.join(list_providers())}")
+
+
+def create_provider(config: Mapping[str, Any]) -> SandboxProvider:
+    """Build a provider from a one-key config, ``{name: constructor keyword arguments}`` (``None`` means none)."""
+    if len(config) != 1:
+        raise ValueError(f"Sandbox provider config must contain exactly one provider name, got {list(config)!r}")
+    name, options = next(iter(config.items()))
+    if not isinstance(name, str) or not name:
+        raise ValueError("Sandbox provider name must be a non-empty string")
+    if options is None:
+        options = {}
+    if not isinstance(options, Mapping):
+        raise TypeError(f"Sandbox provider {name!r} config must be a mapping, got {type(options).__name__}")
+    return get_provider_class(name)(**dict(options))
+
+
+def list_providers() -> list[str]:
+    """Every name :func:`get_provider_class` would accept, sorted."""
+    return sorted({*_registered, *_BUILTIN, *_entry_points()})
