@@ -2,7 +2,8 @@
 
 ``gym eval run`` is the command-line path (:mod:`nemo_gym.rollouts`). A trainer instead hands rows to
 :class:`RolloutCollectionHelper` and consumes results as they finish, doing its own batching; the servers are found
-through the head server (or the config this process already has).
+through the head server (or the config this process already has). Each rollout goes through the collector's
+:func:`~nemo_gym.rollouts.collector.run_rollout`, so a failure gets the same class here as in ``gym eval run``.
 """
 
 from __future__ import annotations
@@ -11,14 +12,15 @@ import asyncio
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
-import orjson
-
 from nemo_gym.config.datasets import AGENT_REF_KEY
 from nemo_gym.config.server_models import BaseServerConfig
 from nemo_gym.errors import ConfigError
-from nemo_gym.rollouts.config import DEFAULT_CONCURRENCY, RolloutCollectionConfig
+from nemo_gym.rollouts.collector import RolloutFailure as _RolloutFailure
+from nemo_gym.rollouts.collector import run_rollout as _run_rollout
+from nemo_gym.rollouts.config import DEFAULT_CONCURRENCY as _DEFAULT_CONCURRENCY
+from nemo_gym.rollouts.config import RolloutCollectionConfig
 from nemo_gym.server_utils import ServerClient
-from nemo_gym.transport import http_client
+from nemo_gym.transport.admission import in_admitted_request as _in_admitted_request
 
 __all__ = [
     "AGENT_REF_KEY",
@@ -48,11 +50,14 @@ class RolloutCollectionHelper:
         semaphore: asyncio.Semaphore | None = None,
     ) -> AsyncIterator[tuple[dict[str, Any], dict[str, Any]]]:
         """Each row needs ``agent_ref`` (``{"name": ...}``). ``rows`` is one batch: all of it is scheduled at once and
-        at most ``semaphore`` (default ``DEFAULT_CONCURRENCY``) rollouts are in flight. A failed rollout yields a
-        result with ``_ng_failure_class`` / ``_ng_failure_message`` instead of raising, so one bad row never stops a
-        batch."""
+        at most ``semaphore`` rollouts are in flight (default: the default of ``gym eval run --concurrency``).
+
+        A failed rollout yields a result with ``_ng_failure_class`` / ``_ng_failure_message`` instead of raising, so
+        one bad row never stops a batch; the classes and rules are the collector's (``timeout``, ``verify_failed``,
+        ``invalid_response``, ...). A row without ``agent_ref``, or naming no server of the config, is a
+        ``ConfigError``."""
         client = self._server_client(head_server_config)
-        limit = semaphore or asyncio.Semaphore(DEFAULT_CONCURRENCY)
+        limit = semaphore or asyncio.Semaphore(_DEFAULT_CONCURRENCY)
 
         async def run_one(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
             ref = row.get(AGENT_REF_KEY)
@@ -60,15 +65,9 @@ class RolloutCollectionHelper:
             if not name:
                 raise ConfigError("every row needs agent_ref: {name: <agent instance>}")
             async with limit:
-                try:
-                    response = await client.post(name, "/run", json=row, retry=False)
-                    body = await response.read()
-                except http_client.TransportError as e:
-                    return row, {"_ng_failure_class": "connection_error", "_ng_failure_message": str(e)}
-            if response.status != 200:
-                message = body[:2000].decode("utf-8", "replace")
-                return row, {"_ng_failure_class": f"http_{response.status}", "_ng_failure_message": message}
-            return row, orjson.loads(body)
+                url = client.server_base_url(name)
+                result = await _run_rollout(url, name, row, nested=_in_admitted_request())
+            return row, result.as_result() if isinstance(result, _RolloutFailure) else result
 
         pending = {asyncio.ensure_future(run_one(row)) for row in rows}
         try:

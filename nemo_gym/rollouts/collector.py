@@ -187,30 +187,9 @@ class RolloutCollector:
         if url is None:
             self._fail(row, "unknown_agent", f"agent {agent!r} is not running")
             return
-        try:
-            response = await http_client.request(
-                "POST", f"{url}/run", json=row, server_name=agent, url_path="/run", config=self._transport, retry=False
-            )
-            body = await response.read()
-        except ServerTimeoutError as e:
-            self._fail(row, "timeout", str(e))
-            return
-        except TransportError as e:
-            self._fail(row, "connection_error", str(e))
-            return
-        if response.status != 200:
-            self._fail(row, classify_http_failure(response.status, body), body[:2000].decode("utf-8", "replace"))
-            return
-        try:
-            result = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            self._fail(row, "invalid_response", "the agent's /run answer is not JSON")
-            return
-        if not isinstance(result, dict) or not isinstance(result.get("reward"), (int, float)):
-            self._fail(row, "invalid_response", "the agent's /run answer has no numeric reward")
-            return
-        if result.get(FAILURE_CLASS_KEY):  # e.g. a judge that could not be reached: not a reward of 0
-            self._fail(row, str(result[FAILURE_CLASS_KEY]), str(result.get(FAILURE_MESSAGE_KEY, "")))
+        result = await run_rollout(url, agent, row, self._transport)
+        if isinstance(result, RolloutFailure):
+            self._fail(row, result.failure_class, result.message)
             return
         result[TASK_INDEX_KEY] = row[TASK_INDEX_KEY]
         result[ROLLOUT_INDEX_KEY] = row[ROLLOUT_INDEX_KEY]
@@ -247,6 +226,54 @@ class RolloutCollector:
         for agent, (total, count) in self._reward_sums.items():
             postfix[f"reward[{agent}]"] = f"{total / count:.3f}"
         self._bar.set_postfix(postfix, refresh=False)
+
+
+@dataclass(frozen=True)
+class RolloutFailure:
+    """Why a rollout has no reward: a short class (``timeout``, ``verify_failed``, ...) and the detail."""
+
+    failure_class: str
+    message: str
+
+    def as_result(self) -> dict[str, str]:
+        return {FAILURE_CLASS_KEY: self.failure_class, FAILURE_MESSAGE_KEY: self.message}
+
+
+async def run_rollout(
+    url: str,
+    agent: str,
+    row: dict[str, Any],
+    transport: TransportConfig | None = None,
+    nested: bool = False,
+) -> dict[str, Any] | RolloutFailure:
+    """Send one row to an agent's ``/run`` (one attempt) and judge the answer: the failure rules of every collector.
+
+    The result is the agent's answer when it is a 200 with a numeric ``reward`` and no ``_ng_failure_class``.
+    Anything else is a :class:`RolloutFailure`, never an exception: ``timeout``, ``connection_error``, the class
+    :func:`classify_http_failure` gives the status, ``invalid_response``, or the class the agent itself reported
+    (a judge that could not be reached is a failure, not a reward of 0).
+    """
+    try:
+        response = await http_client.request(
+            "POST", f"{url}/run", json=row, server_name=agent, url_path="/run", config=transport, retry=False,
+            nested=nested,
+        )  # fmt: skip
+        body = await response.read()
+    except ServerTimeoutError as e:
+        return RolloutFailure("timeout", str(e))
+    except TransportError as e:
+        return RolloutFailure("connection_error", str(e))
+    if response.status != 200:
+        return RolloutFailure(classify_http_failure(response.status, body), body[:2000].decode("utf-8", "replace"))
+    try:
+        result = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return RolloutFailure("invalid_response", "the agent's /run answer is not JSON")
+    if not isinstance(result, dict) or not isinstance(result.get("reward"), (int, float)):
+        return RolloutFailure("invalid_response", "the agent's /run answer has no numeric reward")
+    if result.get(FAILURE_CLASS_KEY):
+        return RolloutFailure(str(result[FAILURE_CLASS_KEY]), str(result.get(FAILURE_MESSAGE_KEY, "")))
+    return result
 
 
 def classify_http_failure(status: int, body: bytes) -> str:
