@@ -35,8 +35,8 @@ class RolloutCollectionConfig(BaseNeMoGymCLIConfig):
     )
     agent_name: str | None = Field(default=None, description="Agent for rows without agent_ref (--agent).")
     limit: int | None = Field(default=None, ge=1, description="Only the first N rows (--limit).")
-    num_repeats: int | dict[str, int] | None = Field(default=1, description="Rollouts per row (--num-repeats).")
-    num_samples_in_parallel: int | None = Field(
+    num_repeats: int | dict[str, int] = Field(default=1, description="Rollouts per row (--num-repeats; null: 1).")
+    num_samples_in_parallel: int = Field(
         default=DEFAULT_CONCURRENCY, ge=1, description="Rollouts in flight at once (--concurrency)."
     )
     resume_from_cache: bool = Field(default=False, description="Continue a previous run (--resume).")
