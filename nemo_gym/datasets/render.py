@@ -8,8 +8,9 @@ A prompt config is a YAML mapping with a required ``user`` template and an optio
       {problem}
 
 ``{field}`` is replaced by the row's top-level field (``{a.b}`` reaches into nested mappings); ``{{`` and ``}}`` are
-literal braces; format specs work as in Python (``{score:.2f}``). Mappings and lists are inserted as JSON. A row that
-lacks a field is an error naming the fields it does have. A row that already has ``responses_create_params.input``
+literal braces; format specs work as in Python (``{score:.2f}``). Mappings and lists are inserted as JSON (NeMo Gym's
+``nemo_gym.prompt.fill_prompt`` inserts their ``str()``, and uses this same code with ``json_values=False``). A row
+that lacks a field is an error naming the fields it does have. A row that already has ``responses_create_params.input``
 is an error too: rendering over an existing prompt would silently discard it.
 
 Rendered rows keep every other field, keep their other create params, and record ``prompt_config_used``.
@@ -55,6 +56,13 @@ class PromptRenderError(ConfigError, ValueError):
     """A row cannot be rendered with a prompt template (a missing field, or a prompt already present)."""
 
 
+class PromptFieldMissingError(PromptRenderError, KeyError):
+    """The template names a field the row does not have; a ``KeyError`` too, as ``str.format_map`` would raise."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""  # KeyError would quote the message
+
+
 @dataclass(frozen=True)
 class PromptTemplate:
     """A loaded prompt config: its templates, and the path recorded in rendered rows."""
@@ -62,6 +70,8 @@ class PromptTemplate:
     user: str
     system: str | None = None
     source: str = "<inline>"
+    json_values: bool = True
+    """Insert mappings and lists as JSON; False inserts their ``str()``, as NeMo Gym's ``fill_prompt`` does."""
 
     @classmethod
     def load(cls, path: str | Path) -> PromptTemplate:
@@ -127,13 +137,21 @@ class PromptTemplate:
                 value = ascii(value)
             elif conversion == "s":
                 value = str(value)
-            elif isinstance(value, dict | list):
+            elif isinstance(value, dict | list) and self.json_values:
                 value = _as_text(value)
             try:
                 parts.append(format(value, spec or ""))
             except (TypeError, ValueError) as e:
                 raise PromptRenderError(f"prompt field {{{name}:{spec}}}: {e}") from e
         return "".join(parts)
+
+    def messages(self, row: dict[str, Any]) -> list[dict[str, str]]:
+        """The filled-in ``system`` (if any) and ``user`` messages for one row."""
+        messages = []
+        if self.system is not None:
+            messages.append({"role": "system", "content": self.fill(self.system, row)})
+        messages.append({"role": "user", "content": self.fill(self.user, row)})
+        return messages
 
     def apply(self, row: dict[str, Any]) -> dict[str, Any]:
         """The rendered row; raises :class:`PromptRenderError` with the reason when the row does not fit."""
@@ -146,12 +164,8 @@ class PromptTemplate:
             raise PromptRenderError(
                 f"the row already has {CREATE_PARAMS_KEY}.input; render raw rows only (remove the input or the prompt)"
             )
-        messages = []
-        if self.system is not None:
-            messages.append({"role": "system", "content": self.fill(self.system, row)})
-        messages.append({"role": "user", "content": self.fill(self.user, row)})
         rendered = dict(row)
-        rendered[CREATE_PARAMS_KEY] = {**params, "input": messages}
+        rendered[CREATE_PARAMS_KEY] = {**params, "input": self.messages(row)}
         rendered[PROMPT_CONFIG_USED_KEY] = self.source
         return rendered
 
@@ -172,7 +186,7 @@ def _lookup(row: dict[str, Any], name: str) -> Any:
         if not isinstance(node, dict) or part not in node:
             scope = f" in {'.'.join(walked)}" if walked else ""
             available = ", ".join(sorted(str(k) for k in node)) if isinstance(node, dict) else "none"
-            raise PromptRenderError(
+            raise PromptFieldMissingError(
                 f"prompt field {{{name}}} is missing: the row has no {part!r}{scope} (available: {available})"
             )
         node = node[part]
