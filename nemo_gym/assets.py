@@ -39,7 +39,7 @@ class ComponentConfig:
     def inner_blocks(self, server_type: str | None = None) -> list[tuple[str, str, dict[str, Any]]]:
         """``(instance, implementation, settings)`` for every server block of a type declared in this file."""
         server_type = server_type or self.server_type
-        blocks = []
+        blocks: list[tuple[str, str, dict[str, Any]]] = []
         for instance, value in self.raw.items():
             implementations = value.get(server_type) if isinstance(value, dict) else None
             if isinstance(implementations, dict):

@@ -22,13 +22,14 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from pydantic import ConfigDict, Field
 
 from nemo_gym.config.command_config import BaseNeMoGymCLIConfig
 from nemo_gym.config.datasets import BenchmarkDatasetConfig
 from nemo_gym.config.roots import candidate_paths, search_roots
 from nemo_gym.config.servers import find_server_instances
+from nemo_gym.config.tree import plain_dict
 from nemo_gym.errors import ConfigError
 
 
@@ -78,8 +79,7 @@ class PreparedBenchmark:
 
 def benchmark_jobs(config: DictConfig | Mapping[str, Any]) -> list[BenchmarkJob]:
     """One job per agent instance that declares exactly one ``type: benchmark`` dataset."""
-    plain = OmegaConf.to_container(config, resolve=True) if isinstance(config, DictConfig) else dict(config)
-    instances, _ = find_server_instances(plain)
+    instances, _ = find_server_instances(plain_dict(config))
     jobs = []
     for instance in instances:
         if instance.SERVER_TYPE != "responses_api_agents":

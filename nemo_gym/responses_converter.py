@@ -90,14 +90,14 @@ RESPONSE_ECHO_FIELDS: tuple[str, ...] = (
 )
 """Request parameters a Response repeats back, as the OpenAI API does."""
 
-_TRAINING_VARIANTS: dict[type, type] = {
+ChatMessage = dict[str, Any]
+OutputItem = NeMoGymResponseOutputMessage | NeMoGymResponseFunctionToolCall | NeMoGymResponseReasoningItem
+
+_TRAINING_VARIANTS: dict[type, type[OutputItem]] = {
     NeMoGymResponseOutputMessage: NeMoGymResponseOutputMessageForTraining,
     NeMoGymResponseFunctionToolCall: NeMoGymResponseFunctionToolCallForTraining,
     NeMoGymResponseReasoningItem: NeMoGymResponseReasoningItemForTraining,
 }
-
-ChatMessage = dict[str, Any]
-OutputItem = NeMoGymResponseOutputMessage | NeMoGymResponseFunctionToolCall | NeMoGymResponseReasoningItem
 
 
 def _new_id(prefix: str) -> str:
@@ -374,9 +374,11 @@ class ResponsesConverter:
             id=_new_id("resp"),
             created_at=chat_completion.created,
             model=chat_completion.model,
-            output=self.chat_completion_message_to_output_items(
-                choice.message, status="incomplete" if incomplete else "completed"
-            ),
+            output=[  # a new list: list[OutputItem] is not a list[NeMoGymResponseOutputItem] to the type checker
+                *self.chat_completion_message_to_output_items(
+                    choice.message, status="incomplete" if incomplete else "completed"
+                )
+            ],
             status="incomplete" if incomplete else "completed",
             incomplete_details=NeMoGymIncompleteDetails(reason="max_output_tokens") if incomplete else None,
             usage=_responses_usage(chat_completion.usage),

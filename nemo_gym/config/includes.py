@@ -73,6 +73,6 @@ def expand_config_paths(paths: list[str]) -> IncludeResult:
 
     for path in paths:
         visit(path, None)
-    for path in result.repeated:
-        logger.info("config %s is referenced more than once; it was loaded once (consider _inherit_from)", path)
+    for repeated in result.repeated:
+        logger.info("config %s is referenced more than once; it was loaded once (consider _inherit_from)", repeated)
     return result

@@ -78,7 +78,7 @@ class ServerSchema:
             for key, spec in self.fields.items():
                 typed = Annotated[(spec.annotation, *spec.constraints)] if spec.constraints else spec.annotation
                 definitions[key] = (typed, ... if spec.required and key not in optional else None)
-            self._model = create_model(  # type: ignore[call-overload]
+            self._model = create_model(
                 self.class_name, __config__=ConfigDict(extra="ignore", arbitrary_types_allowed=True), **definitions
             )
         return self._model
@@ -273,10 +273,11 @@ class _Reader:
 
     def evaluate(self, module: _Module, expression: ast.expr) -> Any:
         if isinstance(expression, ast.Constant) and isinstance(expression.value, str):
+            text = expression.value
             try:  # a string annotation: "Foo | None"
-                expression = ast.parse(expression.value, mode="eval").body
+                expression = ast.parse(text, mode="eval").body
             except SyntaxError:
-                raise _Unresolved(expression.value) from None
+                raise _Unresolved(text) from None
         if any(isinstance(node, (ast.Lambda, ast.NamedExpr, ast.Await)) for node in ast.walk(expression)):
             raise _Unresolved("expression with code")
         code = compile(ast.Expression(expression), str(module.path), "eval")

@@ -1,4 +1,4 @@
-"""Small helpers over plain nested dicts/lists: dotted-path access, deep merge, leaf walking.
+"""Small helpers over plain nested dicts/lists: dotted-path access, deep merge, leaf walking, a DictConfig made plain.
 
 The config is composed on plain containers (fast, no OmegaConf node overhead) and turned into a ``DictConfig`` once,
 at the end.
@@ -7,8 +7,10 @@ at the end.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Mapping
+from typing import Any, cast
+
+from omegaconf import DictConfig, OmegaConf
 
 MISSING = "???"
 _ABSENT = object()
@@ -95,3 +97,11 @@ def iter_leaves(tree: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
             yield from iter_leaves(value, f"{prefix}.{index}" if prefix else str(index))
     else:
         yield prefix, tree
+
+
+def plain_dict(config: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
+    """A config as a plain dict, interpolations resolved (a mapping that is already plain is copied shallowly)."""
+    if not isinstance(config, DictConfig):
+        return dict(config)
+    # A DictConfig always becomes a dict; OmegaConf's return type also covers lists and non-string keys.
+    return cast(dict[str, Any], OmegaConf.to_container(config, resolve=True))

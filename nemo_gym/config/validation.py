@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic_core import ErrorDetails
 
 from nemo_gym.config.datasets import Domain
 from nemo_gym.config.overrides import Override
@@ -292,7 +293,7 @@ def _describe_errors(
 ) -> list[str]:
     """One clause per key; the failures of each member of a union (``str | list[str]``) count as one. A key in
     ``skip_missing`` (already suggested for a typo, or left unset for ``gym env resolve``) is never "missing"."""
-    by_key: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    by_key: dict[tuple[str, ...], list[ErrorDetails]] = {}
     for item in error.errors():
         location = tuple(str(p) for p in item["loc"])
         if item["type"] == "missing" and location[:1] and location[0] in skip_missing:
@@ -314,7 +315,7 @@ def _names_a_type(part: str) -> bool:
 _TYPE_NAMES = {"str", "int", "float", "bool", "none", "dict", "list", "literal"}
 
 
-def _clause(items: list[dict[str, Any]], spec: Any) -> str:
+def _clause(items: list[ErrorDetails], spec: Any) -> str:
     first = items[0]
     kind = first["type"]
     given = first.get("input")

@@ -34,6 +34,7 @@ from nemo_gym.config.command_config import BaseNeMoGymCLIConfig
 from nemo_gym.config.datasets import AGENT_REF_KEY, BenchmarkDatasetConfig, DatasetConfig
 from nemo_gym.config.roots import find_path
 from nemo_gym.config.servers import find_server_instances
+from nemo_gym.config.tree import plain_dict
 from nemo_gym.datasets.metrics_file import MetricsFileResult, metrics_path_for, reconcile_metrics_file
 from nemo_gym.datasets.render import PromptRenderError, PromptTemplate
 from nemo_gym.datasets.statistics import DatasetStatistics
@@ -130,16 +131,10 @@ class CollateResult:
         return [f for f in files if f.status == "conflict"]
 
 
-def _as_container(config: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
-    if isinstance(config, DictConfig):
-        return OmegaConf.to_container(config, resolve=True)  # type: ignore[return-value]
-    return dict(config)
-
-
 def plan_datasets(config: DictConfig | Mapping[str, Any], mode: str) -> tuple[list[DatasetJob], list[str]]:
     """The in-scope datasets of every agent, in config order, and the agents that declare no datasets at all."""
     wanted = MODE_TYPES[mode]
-    instances, _ = find_server_instances(_as_container(config))
+    instances, _ = find_server_instances(plain_dict(config))
     jobs: list[DatasetJob] = []
     without: list[str] = []
     for instance in instances:
@@ -204,10 +199,13 @@ def download_dataset(job: DatasetJob, global_config: DictConfig | Mapping[str, A
             f"{job.label}: --download needs dataset download support (nemo_gym.datasets.storage), "
             f"which cannot be imported: {e}"
         ) from e
-    returned = download_dataset_source(job.dataset, global_config)
-    path = Path(returned) if returned is not None else find_path(job.dataset.jsonl_fpath)
+    dataset = job.dataset
+    if not isinstance(dataset, DatasetConfig):
+        raise ConfigError(f"{job.label}: a benchmark dataset is prepared (gym eval prepare), not downloaded")
+    returned = download_dataset_source(dataset, global_config)
+    path = Path(returned) if returned is not None else find_path(dataset.jsonl_fpath)
     if path is None or not path.is_file():
-        raise ConfigError(f"{job.label}: the download finished but {job.dataset.jsonl_fpath} still does not exist")
+        raise ConfigError(f"{job.label}: the download finished but {dataset.jsonl_fpath} still does not exist")
     return path.resolve()
 
 
@@ -302,7 +300,7 @@ def collate(settings: CollateConfig, global_config: DictConfig | Mapping[str, An
 
 def _with_setting(config: DictConfig | Mapping[str, Any], key: str, value: Any) -> DictConfig:
     """A copy of the config with a defaulted setting filled in, so the downloader sees the effective value."""
-    copy = OmegaConf.create(_as_container(config))
+    copy = OmegaConf.create(plain_dict(config))
     copy[key] = value
     return copy
 

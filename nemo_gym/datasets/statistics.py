@@ -265,8 +265,8 @@ class DatasetStatistics:
             self.sampling.setdefault(param, RunningStats()).merge(stats)
         self.unique_params.merge(other.unique_params)
         self.unique_user_messages.merge(other.unique_user_messages)
-        for name, stats in other.fields.items():
-            self.fields.setdefault(name, FieldStats()).merge(stats)
+        for name, field_stats in other.fields.items():
+            self.fields.setdefault(name, FieldStats()).merge(field_stats)
 
     def to_metrics(self, header: dict[str, Any] | None = None) -> dict[str, Any]:
         """The statistics under their metrics-file keys, after ``header``: fixed keys first, then other fields by name.

@@ -97,7 +97,11 @@ class _Spawner:
             return future.result()
         except BaseException:
             # Ctrl-C while the fork was in flight: nobody will ever own that child, so it must not outlive us.
-            future.add_done_callback(lambda f: f.exception() is None and on_abandon(f.result()))
+            def abandon(done: Future[T]) -> None:
+                if done.exception() is None:
+                    on_abandon(done.result())
+
+            future.add_done_callback(abandon)
             raise
 
     def _loop(self) -> None:

@@ -148,6 +148,7 @@ def iter_materialized(options: MaterializeOptions) -> Iterator[dict[str, Any]]:
     next_rollout: dict[int, int] = {}
     for _, row in iter_jsonl(options.input_path, options.limit):
         agent = _agent_of(row, options)
+        assert agent is not None, "rows without an agent are rejected by _validate_rows first"
         row = dict(row)
         row[AGENT_REF_KEY] = {"type": "responses_api_agents", "name": agent}
         row["responses_create_params"] = row["responses_create_params"] | options.responses_create_params

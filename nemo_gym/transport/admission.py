@@ -191,9 +191,10 @@ class AdmissionMiddleware:
             await limiter.acquire()
         try:
             if waited:
-                receive = await _unless_gone(receive)
-                if receive is None:
+                still_there = await _unless_gone(receive)
+                if still_there is None:
                     return  # the client hung up while its request waited: no one to answer, no rollout to run
+                receive = still_there
             token = _admitted.set(True)
             try:
                 await self.app(scope, receive, send)

@@ -176,7 +176,8 @@ def maximum_matching(num_left: int, num_right: int, edge: Callable[[int, int], b
             if j in seen:
                 continue
             seen.add(j)
-            if owner[j] is None or augment(owner[j], seen):
+            current = owner[j]
+            if current is None or augment(current, seen):
                 owner[j] = i
                 return True
         return False

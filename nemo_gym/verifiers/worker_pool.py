@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, Literal
 
 logger = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ def _die_with_parent() -> None:
 
     server = getattr(forkserver, "_forkserver", None)
     alive_fd = getattr(server, "_forkserver_alive_fd", None)
-    if alive_fd is not None:
+    if server is not None and alive_fd is not None:
         try:
             os.close(alive_fd)
         except OSError:
@@ -138,7 +138,7 @@ class WorkerPool:
         processes: int = 2,
         timeout_s: float = 10.0,
         initializer: Callable[[], None] | None = None,
-        start_method: str = "forkserver",
+        start_method: Literal["forkserver", "spawn", "fork"] = "forkserver",
         preload: Sequence[str] = (),
         startup_timeout_s: float = 120.0,
         nice: int = 0,
@@ -158,7 +158,7 @@ class WorkerPool:
             modules = ["__main__", *preload, getattr(fn, "__module__", "")]
             self._context.set_forkserver_preload([m for m in dict.fromkeys(modules) if m])
         self._workers: set[_Worker] = set()
-        self._idle: asyncio.Queue[_Worker] | None = None
+        self._idle: asyncio.Queue[_Worker] = asyncio.Queue()  # binds to the loop on first use (start() checks it)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._filling: asyncio.Task[None] | None = None
         self._calls: set[asyncio.Task[Any]] = set()
@@ -197,7 +197,6 @@ class WorkerPool:
             raise RuntimeError("the worker pool is closed")
         if self._loop is None:
             self._loop = asyncio.get_running_loop()
-            self._idle = asyncio.Queue()
         elif self._loop is not asyncio.get_running_loop():
             raise RuntimeError("this worker pool belongs to another event loop")
         if self._filling is None or self._filling.done():
@@ -328,7 +327,8 @@ class WorkerPool:
 
     async def _spawn(self) -> _Worker:
         parent, child = self._context.Pipe(duplex=True)
-        process = self._context.Process(
+        # get_context(str) is typed as BaseContext, which declares no Process; every concrete context has one.
+        process = self._context.Process(  # type: ignore[attr-defined]
             target=_worker_main, args=(child, self.fn, self.initializer, self.nice), daemon=True, name="verifier"
         )
         await asyncio.to_thread(process.start)

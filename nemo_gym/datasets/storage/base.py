@@ -120,12 +120,12 @@ def verify_upload_file(path: Path, split: str | None = "train") -> int:
     rows = 0
     problems: list[str] = []
     for line in iter_checked_lines(path):
-        problem = line.problem
-        if problem is None and split == "train":
-            if CREATE_PARAMS_KEY not in line.row:
+        problem, row = line.problem, line.row
+        if row is not None and split == "train":  # a row that parsed has no problem yet
+            if CREATE_PARAMS_KEY not in row:
                 problem = f"train rows need {CREATE_PARAMS_KEY}"
             else:
-                problem = create_params_problem(line.row[CREATE_PARAMS_KEY])
+                problem = create_params_problem(row[CREATE_PARAMS_KEY])
         if problem is not None:
             problems.append(f"{path}:{line.number}: {problem}")
         else:
@@ -152,7 +152,7 @@ def check_target(dest: Path, overwrite: bool) -> Path:
     return dest
 
 
-def write_atomically(dest: Path, overwrite: bool, fill: Callable[[Path], None]) -> Path:
+def write_atomically(dest: Path, overwrite: bool, fill: Callable[[Path], object]) -> Path:
     """Have ``fill`` write a temporary file beside ``dest``, then rename it over ``dest`` in one step.
 
     Refuses an existing ``dest`` unless ``overwrite``, before any transfer starts. If ``fill`` fails, the temporary

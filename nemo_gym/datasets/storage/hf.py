@@ -17,6 +17,7 @@ a test server; default: ``HF_ENDPOINT`` or huggingface.co).
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import tempfile
@@ -218,7 +219,7 @@ class HfDatasetRegistry:
                 written[split] = write_atomically(
                     dest_dir / f"{split}.jsonl",
                     overwrite,
-                    lambda temporary, chosen=chosen: self._concatenate(repo_id, version, chosen, temporary),
+                    functools.partial(self._concatenate, repo_id, version, chosen),
                 )
         return written
 
