@@ -138,7 +138,10 @@ def resolve_interpreter(python: str | None, framework_dir: Path | None) -> Inter
     if python is None:
         interpreter = Interpreter(platform.python_version(), platform.python_version())
     else:
-        interpreter = Interpreter(python, _version_of(python))
+        path = python if os.sep in python else _find_python(python)
+        if not path:
+            raise UserError(f"--python {python}: no such interpreter here (neither uv nor pyenv has one)")
+        interpreter = Interpreter(path, _version_of(path))
     minimum = _required_python(framework_dir) if framework_dir is not None else None
     if minimum is None:
         return interpreter
@@ -150,7 +153,7 @@ def resolve_interpreter(python: str | None, framework_dir: Path | None) -> Inter
         note = f"{framework_dir} asks for Python >={minimum}; using {interpreter.version}, resolved as {minimum}"
         return Interpreter(interpreter.request, interpreter.version, ("--python-version", minimum), note)
     wanted = ".".join(str(part) for part in want[:2])
-    found = _find_python(f">={minimum.rsplit('.', 1)[0] if minimum.count('.') > 1 else minimum}")
+    found = _find_python(wanted)
     hint = f"one is at {found}" if found else "none is installed here, and uv cannot download one without network"
     raise UserError(
         f"--nemo-gym {framework_dir} needs Python >={minimum}, but the venvs would use Python {interpreter.version}: "
@@ -158,25 +161,26 @@ def resolve_interpreter(python: str | None, framework_dir: Path | None) -> Inter
     )
 
 
-def _version_of(python: str) -> str:
-    path = python if os.sep in python else _find_python(python)
-    if not path:
-        raise UserError(f"--python {python}: no such interpreter here (uv python find found none)")
+def _version_of(path: str) -> str:
     try:
         out = subprocess.run([path, "-c", "import platform; print(platform.python_version())"], capture_output=True,
                              text=True, check=True, timeout=60)  # fmt: skip
     except (OSError, subprocess.SubprocessError) as e:
-        raise UserError(f"--python {python}: cannot run it ({e})") from None
+        raise UserError(f"--python {path}: cannot run it ({e})") from None
     return out.stdout.strip()
 
 
-def _find_python(request: str) -> str | None:
-    try:
-        out = subprocess.run([find_uv(), "python", "find", "--no-python-downloads", request], capture_output=True,
+def _find_python(version: str) -> str | None:
+    """An installed interpreter of ``version`` (``3.13``): uv's discovery, else pyenv's versions directly (uv stops
+    at a pyenv shim that is not activated)."""
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        out = subprocess.run([find_uv(), "python", "find", "--no-python-downloads", version], capture_output=True,
                              text=True, timeout=60)  # fmt: skip
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip().splitlines()[-1] if out.returncode == 0 and out.stdout.strip() else None
+        if out.returncode == 0 and out.stdout.strip():
+            return out.stdout.strip().splitlines()[-1]
+    pyenv = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv") / "versions"
+    found = sorted(pyenv.glob(f"{version}.*/bin/python{version}"), key=lambda p: _version_tuple(p.parent.parent.name))
+    return str(found[-1]) if found else None
 
 
 def _required_python(framework_dir: Path) -> str | None:
@@ -265,9 +269,9 @@ def _build(folder: Path, options: CheckOptions, interpreter: Interpreter) -> Pat
 
 
 def _build_error_line(output: str) -> str:
-    """uv's reason for a failed install: the line after its ``×`` summary, else its ``error:`` line."""
+    """uv's reason for a failed install: its ``cause:`` line (``╰─▶`` on a terminal), else its ``error:`` line."""
     lines = [line.strip() for line in output.splitlines() if line.strip()]
-    for marker in ("╰─▶", "error:", "×"):
+    for marker in ("╰─▶", "cause:", "error:", "×"):
         for line in lines:
             if line.startswith(marker):
                 return line.removeprefix(marker).strip()

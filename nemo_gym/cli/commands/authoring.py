@@ -128,8 +128,8 @@ def _test_checkout(invocation: Invocation, cache_dir: Path) -> int:
     interpreter = resolve_interpreter(options.python, options.framework_dir)
     if interpreter.note:
         print_warning(interpreter.note)
-    against = options.framework_dir or "ours"
-    console.print(f"testing the server folders of {checkout} with nemo_gym {against}, Python {interpreter.version}",
+    against = f"the nemo_gym of {options.framework_dir}" if options.framework_dir else "our nemo_gym"
+    console.print(f"testing the server folders of {checkout} with {against}, Python {interpreter.version}",
                   markup=False)  # fmt: skip
     lock = threading.Lock()
 
@@ -190,7 +190,7 @@ COMMANDS = (
         ),
         examples=(
             "example: gym env test --resources-server my_env", "example: gym env test   # every server",
-            "example: gym env test --checkout ../Gym --folder 'resources_servers/example_*' --json check.json",
+            "example: gym env test --checkout . --folder example_single_tool_call   # any checkout with NeMo Gym's layout",
         ),
     ),
     Command("dev", "test", "run the core test suite (tests/)", dev_test),
