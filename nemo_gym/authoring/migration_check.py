@@ -222,7 +222,7 @@ def check_folder(
     """
     label = f"{folder.parent.name}/{folder.name}"
     started = time.monotonic()
-    if not any(folder.rglob("test_*.py")) and not any(folder.rglob("*_test.py")):
+    if not _has_test_files(folder):
         return FolderResult(label, "no tests")
     try:
         python = _build(folder, options, interpreter)
@@ -242,6 +242,16 @@ def check_folder(
     cause = Counter(causes).most_common(1)[0][0]
     first = first_error_line(report.failures[causes.index(cause)].text)
     return FolderResult(label, "failed", report.passed, report.failed, report.skipped, cause, first, seconds)
+
+
+def _has_test_files(folder: Path) -> bool:
+    """Whether pytest would find a test file here; hidden folders (a ``.venv`` left by ``ng_test``) are skipped,
+    as NeMo Gym's pytest settings skip them."""
+    for _, subdirs, files in os.walk(folder):
+        subdirs[:] = [d for d in subdirs if not d.startswith(".") and d not in ("venv", "__pycache__", "node_modules")]
+        if any(name.endswith(".py") and (name.startswith("test_") or name.endswith("_test.py")) for name in files):
+            return True
+    return False
 
 
 class _Stopped(Exception):

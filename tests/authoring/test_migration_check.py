@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import json
 import platform
+import sys
 from pathlib import Path
 
 import pytest
 
 from nemo_gym import PARENT_DIR
-from nemo_gym.authoring.migration_check import find_checkout_folders, import_root, resolve_interpreter
+from nemo_gym.authoring.migration_check import (
+    CheckOptions,
+    Interpreter,
+    check_folder,
+    find_checkout_folders,
+    import_root,
+    resolve_interpreter,
+)
 from nemo_gym.cli.main import main
 from nemo_gym.errors import UserError
 from nemo_gym.launcher.venvs import framework_requirement, rewrite_requirements, venv_spec
@@ -113,6 +121,16 @@ def test_folders_are_chosen_by_name_or_glob(tmp_path: Path) -> None:
         find_checkout_folders(checkout, ("nothing_like_it",))
     with pytest.raises(UserError, match="is it a NeMo Gym checkout"):
         find_checkout_folders(tmp_path)
+
+
+def test_a_folder_whose_only_tests_are_in_a_left_over_venv_has_no_tests(tmp_path: Path) -> None:
+    folder = tmp_path / "ck" / "resources_servers" / "bare"
+    write(folder / "requirements.txt", "-e nemo-gym[dev] @ ../../\n")
+    write(folder / ".venv" / "lib" / "site-packages" / "pkg" / "test_pkg.py", "def test_x():\n    pass\n")
+    options = CheckOptions(checkout=tmp_path / "ck", cache_dir=tmp_path / "cache")
+    result = check_folder(folder, options, Interpreter(sys.executable, platform.python_version()))
+    assert (result.folder, result.result, result.ok) == ("resources_servers/bare", "no tests", True)
+    assert not (tmp_path / "cache").exists(), "nothing was built"
 
 
 def test_the_import_root_hides_the_checkouts_own_nemo_gym(tmp_path: Path) -> None:
