@@ -133,6 +133,17 @@ def test_a_folder_whose_only_tests_are_in_a_left_over_venv_has_no_tests(tmp_path
     assert not (tmp_path / "cache").exists(), "nothing was built"
 
 
+def test_tests_that_never_end_are_stopped_and_reported_as_a_timeout(tmp_path: Path) -> None:
+    from nemo_gym.authoring.migration_check import _run_pytest
+
+    folder = tmp_path / "ck" / "resources_servers" / "stuck"
+    write(folder / "tests" / "test_stuck.py", "import threading\n\n\ndef test_waits_forever():\n"
+                                               "    threading.Event().wait()\n")  # fmt: skip
+    options = CheckOptions(checkout=tmp_path / "ck", cache_dir=tmp_path / "cache", timeout_s=3)
+    report = _run_pytest(folder, options, Path(sys.executable), tmp_path / "ck")
+    assert [(f.stage, f.text) for f in report.failures] == [("timeout", "tests took over 3 s")]
+
+
 def test_the_import_root_hides_the_checkouts_own_nemo_gym(tmp_path: Path) -> None:
     checkout = make_checkout(tmp_path / "ck")
     root = import_root(checkout, tmp_path / "cache")
