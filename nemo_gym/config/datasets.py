@@ -126,11 +126,10 @@ class DatasetConfig(BaseModel):
                 DeprecationWarning,
                 stacklevel=2,
             )
-        if legacy == ["gitlab_identifier"]:
-            gitlab = self.gitlab_identifier
+        gitlab, hf = self.gitlab_identifier, self.huggingface_identifier
+        if gitlab is not None and hf is None:
             self.source = GitlabDatasetSource(type="gitlab", **gitlab.model_dump())
-        elif legacy == ["huggingface_identifier"]:
-            hf = self.huggingface_identifier
+        elif hf is not None and gitlab is None:
             self.source = HuggingFaceDatasetSource(type="huggingface", **hf.model_dump())
         return self
 

@@ -15,7 +15,7 @@ spots a block that has the shape but fails validation (reported, not silently ig
 
 from __future__ import annotations
 
-from typing import Any, Literal, Union
+from typing import Any, Literal, Union, cast
 
 from omegaconf import DictConfig, OmegaConf
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
@@ -43,8 +43,9 @@ class BaseRunServerTypeConfig(BaseRunServerConfig):
 
     model_config = ConfigDict(extra="allow")
 
-    host: str | None = None
-    port: int | None = None
+    # Left out here, the launcher fills them in; mypy cannot know that pydantic allows widening a field.
+    host: str | None = None  # type: ignore[assignment]
+    port: int | None = None  # type: ignore[assignment]
     datasets: list[DatasetConfig | BenchmarkDatasetConfig] | None = None
 
 
@@ -189,12 +190,13 @@ def maybe_get_server_instance_config(
         return None, None
     if not isinstance(server_type_config_dict, DictConfig):
         server_type_config_dict = OmegaConf.create(server_type_config_dict)
-    data = OmegaConf.to_container(server_type_config_dict, resolve=True)
-    model = {
+    data = cast("dict[str, Any]", OmegaConf.to_container(server_type_config_dict, resolve=True))
+    models: dict[str, type[ServerInstanceConfig]] = {
         "responses_api_models": ResponsesAPIModelServerInstanceConfig,
         "resources_servers": ResourcesServerInstanceConfig,
         "responses_api_agents": ResponsesAPIAgentServerInstanceConfig,
-    }[server_type]
+    }
+    model = models[server_type]
     try:
         instance = model.model_validate({**data, "name": name, "server_type_config_dict": server_type_config_dict})
     except ValidationError as e:
