@@ -21,22 +21,23 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
-from nemo_gym.errors import TransportError
-from nemo_gym.server_utils import ServerClient, get_response_json
+from nemo_gym.errors import TransportError as _TransportError
+from nemo_gym.server_utils import ServerClient as _ServerClient
+from nemo_gym.server_utils import get_response_json as _get_response_json
 
 __all__ = ["JudgeError", "call_judge", "judge_failsafe", "reraise_judge_errors"]
 
-JUDGE_FAILED = "judge_failed"
+_JUDGE_FAILED = "judge_failed"
 """The ``_ng_failure_class`` of a rollout whose judge could not be asked."""
-JUDGE_ERROR_KEY = "_ng_failure_judge_error"
+_JUDGE_ERROR_KEY = "_ng_failure_judge_error"
 """NeMo Gym's field for the judge error's text (the collector's own ``_ng_failure_message`` carries it too)."""
 
-ResponseT = TypeVar("ResponseT", bound=BaseModel)
-T = TypeVar("T")
-P = ParamSpec("P")
+_ResponseT = TypeVar("_ResponseT", bound=BaseModel)
+_T = TypeVar("_T")
+_P = ParamSpec("_P")
 
 
-class JudgeError(TransportError):
+class JudgeError(_TransportError):
     """A judge model could not be asked. ``server``, ``url_path`` and ``status`` name the failed call when known."""
 
     def __init__(
@@ -48,7 +49,7 @@ class JudgeError(TransportError):
         self.status = status
 
 
-async def reraise_judge_errors(coro: Awaitable[T]) -> T:
+async def reraise_judge_errors(coro: Awaitable[_T]) -> _T:
     """Await a judge call; any exception comes out as a :class:`JudgeError` reading ``"<ExceptionType>: <message>"``.
 
     Cancellation is not an exception here (it is a ``BaseException``) and passes through unchanged.
@@ -67,13 +68,13 @@ async def reraise_judge_errors(coro: Awaitable[T]) -> T:
 
 
 async def call_judge(
-    server_client: ServerClient,
+    server_client: _ServerClient,
     *,
     server_name: str,
     url_path: str,
     json: Any,
-    response_model: type[ResponseT],
-) -> ResponseT:
+    response_model: type[_ResponseT],
+) -> _ResponseT:
     """POST ``json`` to the judge server ``server_name`` and parse its reply as ``response_model``.
 
     ``url_path`` is the judge's API (``/v1/responses`` with ``NeMoGymResponse``, ``/v1/chat/completions`` with
@@ -81,18 +82,18 @@ async def call_judge(
     error body. Any failure raises :class:`JudgeError`.
     """
 
-    async def ask() -> ResponseT:
+    async def ask() -> _ResponseT:
         response = await server_client.post(server_name=server_name, url_path=url_path, json=json)
         if not response.ok:
             from nemo_gym.transport.http_client import raise_for_status
 
             raise_for_status(response, server_name, url_path)
-        return response_model.model_validate(await get_response_json(response))
+        return response_model.model_validate(await _get_response_json(response))
 
     return await reraise_judge_errors(ask())
 
 
-def judge_failsafe(verify_fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T | JSONResponse]]:
+def judge_failsafe(verify_fn: Callable[_P, Awaitable[_T]]) -> Callable[_P, Awaitable[_T | JSONResponse]]:
     """Wrap a ``verify`` so a :class:`JudgeError` answers 200 with a failure row instead of an error.
 
     The row is the request body plus ``reward: 0.0``, ``_ng_failure_class: judge_failed`` and the error text, so the
@@ -101,7 +102,7 @@ def judge_failsafe(verify_fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitabl
     """
 
     @functools.wraps(verify_fn)
-    async def verify(*args: P.args, **kwargs: P.kwargs) -> T | JSONResponse:
+    async def verify(*args: _P.args, **kwargs: _P.kwargs) -> _T | JSONResponse:
         try:
             return await verify_fn(*args, **kwargs)
         except JudgeError as e:
@@ -112,8 +113,8 @@ def judge_failsafe(verify_fn: Callable[P, Awaitable[T]]) -> Callable[P, Awaitabl
 
             row = body.model_dump() | {
                 "reward": 0.0,
-                FAILURE_CLASS_KEY: JUDGE_FAILED,
-                JUDGE_ERROR_KEY: str(e),
+                FAILURE_CLASS_KEY: _JUDGE_FAILED,
+                _JUDGE_ERROR_KEY: str(e),
                 FAILURE_MESSAGE_KEY: str(e),
             }
             return JSONResponse(content=jsonable_encoder(row))

@@ -20,7 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel, field_validator
 
-from nemo_gym.errors import UserError
+from nemo_gym.errors import UserError as _UserError
 
 __all__ = ["Profiler", "ProfilerDependencyError"]
 
@@ -31,7 +31,7 @@ _GRAPH_MIN_PERCENT = 5
 """Nodes and edges below this share of the total time are left out of the call graph."""
 
 
-class ProfilerDependencyError(UserError, ModuleNotFoundError):
+class ProfilerDependencyError(_UserError, ModuleNotFoundError):
     """A tool that profiling needs is not installed; the message says how to install it."""
 
 
@@ -46,7 +46,7 @@ def _require(module: str) -> ModuleType:
 
 def _require_dot() -> None:
     if shutil.which("dot") is None:
-        raise UserError(
+        raise _UserError(
             "profiling needs Graphviz's `dot` to draw the call graph: apt install graphviz (Linux) or "
             "brew install graphviz (macOS)"
         )

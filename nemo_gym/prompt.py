@@ -14,8 +14,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from nemo_gym.datasets.render import PromptTemplate
-from nemo_gym.datasets.validation import CREATE_PARAMS_KEY
+from nemo_gym.datasets.render import PromptTemplate as _PromptTemplate
+from nemo_gym.datasets.validation import CREATE_PARAMS_KEY as _CREATE_PARAMS_KEY
 
 __all__ = ["PromptConfig", "apply_prompt_to_row", "fill_prompt", "load_prompt_config"]
 
@@ -35,7 +35,7 @@ def load_prompt_config(path: str) -> PromptConfig:
     root), like ``config_paths``. A missing file, bad YAML, a missing ``user``, an unknown key or a lone brace is a
     :class:`~nemo_gym.errors.ConfigError` naming the file.
     """
-    template = PromptTemplate.load(path)
+    template = _PromptTemplate.load(path)
     return PromptConfig(user=template.user, system=template.system)
 
 
@@ -53,14 +53,14 @@ def apply_prompt_to_row(row: dict[str, Any], prompt_config: PromptConfig) -> dic
     Other create params (tools, temperature, ...) are kept; an existing ``input`` is replaced, and a
     ``responses_create_params`` that is not a mapping is replaced by one. ``row`` itself is not changed.
     """
-    params = row.get(CREATE_PARAMS_KEY)
+    params = row.get(_CREATE_PARAMS_KEY)
     rendered = dict(row)
-    rendered[CREATE_PARAMS_KEY] = {
+    rendered[_CREATE_PARAMS_KEY] = {
         **(params if isinstance(params, dict) else {}),
         "input": fill_prompt(prompt_config, row),
     }
     return rendered
 
 
-def _template(prompt_config: PromptConfig) -> PromptTemplate:
-    return PromptTemplate(user=prompt_config.user, system=prompt_config.system, json_values=False)
+def _template(prompt_config: PromptConfig) -> _PromptTemplate:
+    return _PromptTemplate(user=prompt_config.user, system=prompt_config.system, json_values=False)

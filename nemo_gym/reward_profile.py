@@ -28,19 +28,19 @@ from collections import Counter
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
-from nemo_gym.metrics import pass_at_k
+from nemo_gym.metrics import pass_at_k as _pass_at_k
 
 __all__ = ["add_avg_sample_std_dev", "compute_pass_majority_metrics", "compute_subset_metrics", "highest_k_metrics"]
 
-ScoreFn = Callable[[dict[str, Any]], Mapping[str, Any]]
+_ScoreFn = Callable[[dict[str, Any]], Mapping[str, Any]]
 """Maps one verify response to named scores (booleans count as 0/1), e.g. ``{"accuracy": r["reward"]}``."""
 
-NO_ANSWER = "no_answer"
-PER_SAMPLE_AGGREGATE = "per_sample_aggregate"
-STAT_SUFFIXES = ("std_dev_across_runs", "std_err_across_runs", "avg_sample_std_dev")
+_NO_ANSWER = "no_answer"
+_PER_SAMPLE_AGGREGATE = "per_sample_aggregate"
+_STAT_SUFFIXES = ("std_dev_across_runs", "std_err_across_runs", "avg_sample_std_dev")
 """Suffixes of the spread statistics, which :func:`highest_k_metrics` never selects."""
 
-TaskScores = list[dict[str, float]]
+_TaskScores = list[dict[str, float]]
 
 
 def _accuracy(rollout: dict[str, Any]) -> dict[str, Any]:
@@ -64,13 +64,13 @@ def _sample_std(values: Sequence[float]) -> float:
 
 
 def _score_tasks(
-    tasks: Sequence[Sequence[dict[str, Any]]], score_fn: ScoreFn, answer_key: str | None
-) -> tuple[list[TaskScores], list[list[Any]]]:
+    tasks: Sequence[Sequence[dict[str, Any]]], score_fn: _ScoreFn, answer_key: str | None
+) -> tuple[list[_TaskScores], list[list[Any]]]:
     """Each rollout's named scores (booleans as ints, ``no_answer`` added with an answer key), and its answers."""
-    scores: list[TaskScores] = []
+    scores: list[_TaskScores] = []
     answers: list[list[Any]] = []
     for rollouts in tasks:
-        task_scores: TaskScores = []
+        task_scores: _TaskScores = []
         task_answers: list[Any] = []
         for rollout in rollouts:
             named = {
@@ -78,7 +78,7 @@ def _score_tasks(
             }
             if answer_key is not None:
                 answer = rollout.get(answer_key)
-                named[NO_ANSWER] = int(answer is None)
+                named[_NO_ANSWER] = int(answer is None)
                 task_answers.append(answer)
             task_scores.append(named)
         scores.append(task_scores)
@@ -86,7 +86,7 @@ def _score_tasks(
     return scores, answers
 
 
-def _values(task_scores: TaskScores, name: str) -> list[float]:
+def _values(task_scores: _TaskScores, name: str) -> list[float]:
     return [s[name] for s in task_scores if name in s]
 
 
@@ -95,11 +95,11 @@ def _task_pass_at_k(values: list[float], k: int) -> float | None:
     if not values or k > len(values):
         return None
     if all(v in (0, 1) for v in values):
-        return pass_at_k(len(values), sum(1 for v in values if v), k)
+        return _pass_at_k(len(values), sum(1 for v in values if v), k)
     return max(values[:k])
 
 
-def _task_majority_at_k(task_scores: TaskScores, answers: list[Any], name: str, k: int) -> float:
+def _task_majority_at_k(task_scores: _TaskScores, answers: list[Any], name: str, k: int) -> float:
     votes = Counter(
         (_vote(answer), s[name])
         for answer, s in zip(answers[:k], task_scores[:k], strict=True)
@@ -118,7 +118,7 @@ def _percent_mean(values: Sequence[float]) -> float:
 
 def compute_pass_majority_metrics(
     tasks: list[list[dict[str, Any]]],
-    score_fn: ScoreFn | None = None,
+    score_fn: _ScoreFn | None = None,
     answer_key: str | None = None,
 ) -> tuple[dict[str, Any], list[list[dict[str, float]]], list[str], int]:
     """pass@k, pass@1[avg-of-k], majority@k (with ``answer_key``) and the spread across runs, for k = 1 .. max_k.
@@ -153,7 +153,7 @@ def compute_pass_majority_metrics(
             run_scores = [t[run][name] for t in scores if run < len(t) and name in t[run]]
             if run_scores:
                 per_run.setdefault(name, []).append(_percent_mean(run_scores))
-    metrics[PER_SAMPLE_AGGREGATE] = {name: per_run[name] for name in names if name in per_run}
+    metrics[_PER_SAMPLE_AGGREGATE] = {name: per_run[name] for name in names if name in per_run}
 
     for k in range(2, max_k + 1):
         for name in names:
@@ -185,7 +185,7 @@ def add_avg_sample_std_dev(
 def compute_subset_metrics(
     tasks: list[list[dict[str, Any]]],
     subset_key: str,
-    score_fn: ScoreFn | None = None,
+    score_fn: _ScoreFn | None = None,
     answer_key: str | None = None,
 ) -> dict[str, Any]:
     """:func:`compute_pass_majority_metrics` per subset, keyed ``{subset}/{metric}`` (e.g. ``hard/pass@1/accuracy``).
@@ -201,7 +201,7 @@ def compute_subset_metrics(
     metrics: dict[str, Any] = {}
     for subset, subset_tasks in subsets.items():
         subset_metrics = compute_pass_majority_metrics(subset_tasks, score_fn=score_fn, answer_key=answer_key)[0]
-        metrics |= {f"{subset}/{key}": value for key, value in subset_metrics.items() if key != PER_SAMPLE_AGGREGATE}
+        metrics |= {f"{subset}/{key}": value for key, value in subset_metrics.items() if key != _PER_SAMPLE_AGGREGATE}
     return metrics
 
 
@@ -228,7 +228,7 @@ def highest_k_metrics(
         if match is None:
             continue
         name = match.group(2)
-        if name.endswith(STAT_SUFFIXES):
+        if name.endswith(_STAT_SUFFIXES):
             continue
         if score_names is not None and name not in score_names:
             continue
