@@ -6,11 +6,13 @@ import pytest
 
 from nemo_gym import config_types
 from nemo_gym.cli import main as cli_main
-from nemo_gym.datasets.render import PromptRenderError
+from nemo_gym.datasets.render import PromptFieldMissingError, PromptRenderError
 from nemo_gym.datasets.storage import DatasetNotFoundError, RegistryError
 from nemo_gym.errors import ConfigError, LaunchError, NeMoGymError, TransportError, UserError
+from nemo_gym.judge import JudgeError
 from nemo_gym.launcher import ServerLaunchError, VenvBuildError
 from nemo_gym.launcher.status import HeadServerUnreachable
+from nemo_gym.profiling import ProfilerDependencyError
 from nemo_gym.transport.http_client import ServerRequestError, ServerTimeoutError
 
 
@@ -22,11 +24,14 @@ from nemo_gym.transport.http_client import ServerRequestError, ServerTimeoutErro
         (config_types.ConfigMissingValuesError, ConfigError),
         (config_types.AlmostServerError, ConfigError),
         (PromptRenderError, ConfigError),
+        (PromptFieldMissingError, PromptRenderError),
+        (ProfilerDependencyError, UserError),
         (VenvBuildError, LaunchError),
         (ServerLaunchError, LaunchError),
         (DatasetNotFoundError, RegistryError),
         (ServerRequestError, TransportError),
         (ServerTimeoutError, TransportError),
+        (JudgeError, TransportError),
         (HeadServerUnreachable, NeMoGymError),
     ],
 )
