@@ -1,0 +1,154 @@
+"""The package's layering holds: imports only point down (or sideways), and no two parts import each other.
+
+Each top-level module or folder of ``nemo_gym`` has a layer below. Every import, including one inside a function,
+must go to the same or a lower layer, and the graph of imports between parts must have no cycle. A new module gets
+a row here, which is where its place in docs/architecture.md's "Layers" is decided.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[2] / "nemo_gym"
+
+LAYERS: dict[str, int] = {
+    # 0: the error tree
+    "errors": 0,
+    # 1: wire format and plain helpers that know nothing of servers
+    "openai_base": 1,
+    "openai_chat_utils": 1,
+    "openai_utils": 1,
+    "responses_converter": 1,
+    "jsonl": 1,
+    "session_store": 1,
+    "metrics": 1,
+    "reward_profile": 1,
+    "profiling": 1,
+    "sandbox/": 1,
+    "verifiers/": 1,
+    "__init__": 1,
+    # 2: transport and config composition
+    "transport/": 2,
+    "config/": 2,
+    "global_config": 3,
+    # 4: the server kit
+    "server_utils": 4,
+    "base_resources_server": 5,
+    "base_responses_api_model": 5,
+    "base_responses_api_agent": 6,
+    "base_gymnasium_server": 6,
+    # 7: orchestration and data
+    "datasets/": 7,
+    "prompt": 7,
+    "rollouts/": 8,
+    "path_utils": 8,
+    "judge": 8,
+    "rollout_collection": 8,
+    "launcher/": 8,
+    "assets": 8,
+    "registry": 7,
+    "benchmarks": 8,
+    "config_types": 8,
+    "testing": 9,
+    "authoring/": 9,
+    # 10: the command line
+    "cli/": 10,
+}
+
+
+def _part(module: str) -> str | None:
+    """``nemo_gym.rollouts.run`` → ``rollouts/``; ``nemo_gym.jsonl`` → ``jsonl``; outside the package → None."""
+    parts = module.split(".")
+    if parts[0] != "nemo_gym":
+        return None
+    if len(parts) == 1:
+        return "__init__"
+    if (PACKAGE / parts[1]).is_dir():
+        return parts[1] + "/"
+    if (PACKAGE / f"{parts[1]}.py").is_file():
+        return parts[1]
+    return None
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path) -> set[str]:
+    module = _module_name(path)
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative: resolve against this module's package
+                base = module.split(".")
+                package = base if path.name == "__init__.py" else base[:-1]
+                package = package[: len(package) - node.level + 1]
+                found.add(".".join(package + ([node.module] if node.module else [])))
+            elif node.module:
+                found.add(node.module)
+                found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    edges: dict[str, set[str]] = defaultdict(set)
+    for path in sorted(PACKAGE.rglob("*.py")):
+        source = _part(_module_name(path))
+        assert source is not None
+        edges[source]
+        for imported in _imports(path):
+            target = _part(imported)
+            if target is not None and target != source:
+                edges[source].add(target)
+    return edges
+
+
+def test_every_part_has_a_layer():
+    missing = sorted(part for part in _graph() if part not in LAYERS)
+    assert not missing, f"give these parts of nemo_gym a layer in {__file__}: {missing}"
+    stale = sorted(part for part in LAYERS if part not in _graph())
+    assert not stale, f"these layers name parts that no longer exist: {stale}"
+
+
+def test_imports_never_point_up():
+    upward = [
+        f"{source} (layer {LAYERS[source]}) imports {target} (layer {LAYERS[target]})"
+        for source, targets in sorted(_graph().items())
+        for target in sorted(targets)
+        if source in LAYERS and target in LAYERS and LAYERS[target] > LAYERS[source]
+    ]
+    assert not upward, "\n".join(upward)
+
+
+def test_no_import_cycles_between_parts():
+    graph = _graph()
+    state: dict[str, int] = {}  # 1: on the current path, 2: finished
+    cycles: list[list[str]] = []
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for target in sorted(graph.get(node, ())):
+            if state.get(target) == 1:
+                cycles.append(path[path.index(target) :] + [target] if target in path else [node, target])
+            elif target not in state:
+                visit(target, path + [target])
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    assert not cycles, "import cycles: " + "; ".join(" -> ".join(cycle) for cycle in cycles)
+
+
+def test_the_checker_sees_lazy_and_relative_imports(tmp_path):
+    """The graph must count an import inside a function and a relative import, or it could miss an upward edge."""
+    source = PACKAGE / "datasets" / "storage" / "__init__.py"
+    imported = _imports(source)
+    assert "nemo_gym.datasets.storage.local" in imported  # imported lazily inside get_registry
+    sample = PACKAGE / "rollouts" / "__init__.py"
+    assert _part(_module_name(sample)) == "rollouts/"
