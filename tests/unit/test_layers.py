@@ -1,6 +1,6 @@
 """The package's layering holds: imports only point down (or sideways), and no two parts import each other.
 
-Each top-level module or folder of ``nemo_gym`` has a layer below. Every import, including one inside a function,
+Each top-level module or folder of ``nemo_gym`` has a layer below, numbered as in docs/architecture.md's "Layers". Every import, including one inside a function,
 must go to the same or a lower layer, and the graph of imports between parts must have no cycle. A new module gets
 a row here, which is where its place in docs/architecture.md's "Layers" is decided.
 """
@@ -8,53 +8,55 @@ a row here, which is where its place in docs/architecture.md's "Layers" is decid
 from __future__ import annotations
 
 import ast
+import functools
 from collections import defaultdict
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "nemo_gym"
 
 LAYERS: dict[str, int] = {
-    # 0: the error tree
-    "errors": 0,
-    # 1: wire format and plain helpers that know nothing of servers
-    "openai_base": 1,
-    "openai_chat_utils": 1,
-    "openai_utils": 1,
-    "responses_converter": 1,
-    "jsonl": 1,
-    "session_store": 1,
-    "metrics": 1,
-    "reward_profile": 1,
-    "profiling": 1,
-    "sandbox/": 1,
-    "verifiers/": 1,
-    "__init__": 1,
-    # 2: transport and config composition
-    "transport/": 2,
-    "config/": 2,
-    "global_config": 3,
-    # 4: the server kit
-    "server_utils": 4,
+    # 1: the error tree
+    "errors": 1,
+    # 2: wire format and helpers that know nothing of servers
+    "__init__": 2,
+    "openai_base": 2,
+    "openai_chat_utils": 2,
+    "openai_utils": 2,
+    "responses_converter": 2,
+    "jsonl": 2,
+    "session_store": 2,
+    "metrics": 2,
+    "reward_profile": 2,
+    "profiling": 2,
+    "sandbox/": 2,
+    "verifiers/": 2,
+    # 3: transport
+    "transport/": 3,
+    # 4: config
+    "config/": 4,
+    "global_config": 4,
+    # 5: the server kit
+    "server_utils": 5,
     "base_resources_server": 5,
     "base_responses_api_model": 5,
-    "base_responses_api_agent": 6,
-    "base_gymnasium_server": 6,
-    # 7: orchestration and data
-    "datasets/": 7,
-    "prompt": 7,
-    "rollouts/": 8,
-    "path_utils": 8,
-    "judge": 8,
-    "rollout_collection": 8,
-    "launcher/": 8,
-    "assets": 8,
-    "registry": 7,
-    "benchmarks": 8,
-    "config_types": 8,
-    "testing": 9,
-    "authoring/": 9,
-    # 10: the command line
-    "cli/": 10,
+    "base_responses_api_agent": 5,
+    "base_gymnasium_server": 5,
+    # 6: orchestration and data, and the faces that re-export from them
+    "datasets/": 6,
+    "rollouts/": 6,
+    "launcher/": 6,
+    "authoring/": 6,
+    "assets": 6,
+    "benchmarks": 6,
+    "testing": 6,
+    "judge": 6,
+    "prompt": 6,
+    "path_utils": 6,
+    "registry": 6,
+    "config_types": 6,
+    "rollout_collection": 6,
+    # 7: the command line
+    "cli/": 7,
 }
 
 
@@ -95,6 +97,7 @@ def _imports(path: Path) -> set[str]:
     return found
 
 
+@functools.cache
 def _graph() -> dict[str, set[str]]:
     edges: dict[str, set[str]] = defaultdict(set)
     for path in sorted(PACKAGE.rglob("*.py")):
