@@ -17,7 +17,7 @@ from pathlib import Path
 
 import orjson
 
-from nemo_gym.config.roots import search_roots
+from nemo_gym.config.roots import child_env, search_roots
 from nemo_gym.errors import ConfigError
 from nemo_gym.launcher.venvs import BuildContext, build_venv, venv_spec
 
@@ -139,7 +139,7 @@ def run_server_tests(
         except Exception as e:  # a failed build is this server's failure, not the whole run's
             write("".join(uv_output))
             return ServerTestResult(label, "venv failed", time.monotonic() - started, str(e).splitlines()[0])
-    env = dict(os.environ)
+    env = child_env(dict(os.environ))  # the server's tests see the same --search-dir roots as this command
     root = server_dir.parent.parent
     env["PYTHONPATH"] = os.pathsep.join([str(root), str(server_dir), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     command = [
