@@ -82,6 +82,8 @@ def _load_landlock(path: str):
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("_nemo_gym_landlock", path)
+    if spec is None or spec.loader is None:
+        raise OSError(f"cannot load {path}")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
