@@ -53,7 +53,7 @@ __all__ = [
 
 class BaseGymnasiumServerConfig(BaseResourcesServerConfig):
     # Rewards are produced step by step against live state; a stored rollout cannot be re-scored.
-    REVERIFY_MODE: ClassVar[ReverifyMode] = "unsupported"
+    REVERIFY_MODE: ClassVar[ReverifyMode | str] = ReverifyMode.UNSUPPORTED
 
     max_sessions: int = Field(default=DEFAULT_MAX_SESSIONS, ge=1)
     """Most live episodes held at once; the least recently used one is evicted beyond this."""
@@ -109,7 +109,7 @@ class GymnasiumServer(SimpleServer):
         app.post("/step")(self.step)
         app.post("/close")(self.close)
         app.post("/aggregate_metrics")(self.aggregate_metrics)
-        app.get("/reverify_mode")(self.reverify_mode)
+        app.get("/reverify_mode")(self.get_reverify_mode)
         return app
 
     # --- to implement -------------------------------------------------------------------------------------------
@@ -148,8 +148,12 @@ class GymnasiumServer(SimpleServer):
     async def aggregate_metrics(self, body: AggregateMetricsRequest) -> AggregateMetrics:
         return aggregate_verify_responses(body.verify_responses)
 
+    async def get_reverify_mode(self) -> ReverifyMode:
+        return ReverifyMode(self.config.REVERIFY_MODE)
+
     async def reverify_mode(self) -> ReverifyMode:
-        return self.config.REVERIFY_MODE
+        """The same as :meth:`get_reverify_mode`."""
+        return await self.get_reverify_mode()
 
     @property
     def live_episodes(self) -> int:

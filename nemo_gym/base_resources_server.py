@@ -7,13 +7,22 @@ request body is the parsed tool-call arguments, the response JSON is the tool ou
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from enum import StrEnum
+from typing import Any, ClassVar
 
-from fastapi import FastAPI
+from fastapi import Body, FastAPI
 from pydantic import BaseModel, ConfigDict
 
 from nemo_gym.config.server_models import BaseRunServerInstanceConfig
-from nemo_gym.metrics import AggregateMetrics, AggregateMetricsRequest, aggregate_verify_responses
+from nemo_gym.judge import judge_failsafe
+from nemo_gym.metrics import (
+    AggregateMetrics,
+    AggregateMetricsRequest,
+    aggregate_verify_responses,
+    aggregate_with_hooks,
+    default_key_metrics,
+)
+from nemo_gym.observability.correlation import RolloutContextMiddleware
 from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParamsNonStreaming
 from nemo_gym.server_utils import SimpleServer
 
@@ -28,6 +37,9 @@ __all__ = [
     "BaseSeedSessionResponse",
     "BaseVerifyRequest",
     "BaseVerifyResponse",
+    "Body",
+    "MetricsHooks",
+    "NEMO_GYM_MCP_METADATA_KEY",
     "NeMoGymResponse",
     "NeMoGymResponseCreateParamsNonStreaming",
     "ReverifyMode",
@@ -36,11 +48,20 @@ __all__ = [
     "aggregate_verify_responses",
 ]
 
-ReverifyMode = Literal["stateless", "unsupported", "unknown"]
+NEMO_GYM_MCP_METADATA_KEY = "mcp"
+"""The key of a ``/seed_session`` answer that carries a rollout's MCP connection details."""
+
+
+class ReverifyMode(StrEnum):
+    """What ``GET /reverify_mode`` answers; a plain string such as ``"stateless"`` compares and serializes equal."""
+
+    STATELESS = "stateless"
+    UNSUPPORTED = "unsupported"
+    UNKNOWN = "unknown"
 
 
 class BaseResourcesServerConfig(BaseRunServerInstanceConfig):
-    REVERIFY_MODE: ClassVar[ReverifyMode] = "unknown"
+    REVERIFY_MODE: ClassVar[ReverifyMode | str] = ReverifyMode.UNKNOWN
     """Whether ``/verify`` can be re-run on a stored rollout without replaying its tool calls."""
 
 
@@ -75,15 +96,38 @@ class BaseRunRequest(BaseModel):
     responses_create_params: NeMoGymResponseCreateParamsNonStreaming
 
 
-class SimpleResourcesServer(SimpleServer):
+class MetricsHooks:
+    """``compute_metrics`` / ``get_key_metrics``: what a server overrides to shape its ``/aggregate_metrics``."""
+
+    def compute_metrics(self, tasks: list[list[dict[str, Any]]]) -> dict[str, Any]:
+        """Extra agent metrics from every verify response at once; ``tasks[i]`` holds the rollouts of task ``i``.
+
+        For metrics that need the whole set (pass@k, majority@k, confidence intervals). A ``per_task_metrics`` list
+        (dicts with ``_ng_task_index``) goes into the per-task entries instead. Default: nothing extra.
+        """
+        return {}
+
+    def get_key_metrics(self, agent_metrics: dict[str, Any]) -> dict[str, Any]:
+        """The headline metrics picked from the agent metrics (default: mean reward, pass@1, largest majority@k)."""
+        return default_key_metrics(agent_metrics)
+
+    def _aggregate_with_hooks(self, rows: list[dict[str, Any]]) -> AggregateMetrics:
+        return aggregate_with_hooks(rows, self.compute_metrics, self.get_key_metrics)
+
+
+class SimpleResourcesServer(MetricsHooks, SimpleServer):
     config: BaseResourcesServerConfig
 
     def setup_webserver(self) -> FastAPI:
+        """Routes, with ``/verify`` behind :func:`~nemo_gym.judge.judge_failsafe`: a judge that cannot be asked
+        answers a ``judge_failed`` failure row rather than an error. ``/ng-rollout/<id>/...`` paths are routed as
+        the path after the prefix."""
         app = super().setup_webserver()
+        app.add_middleware(RolloutContextMiddleware)
         app.post("/seed_session")(self.seed_session)
-        app.post("/verify")(self.verify)
+        app.post("/verify")(judge_failsafe(self.verify))
         app.post("/aggregate_metrics")(self.aggregate_metrics)
-        app.get("/reverify_mode")(self.reverify_mode)
+        app.get("/reverify_mode")(self.get_reverify_mode)
         return app
 
     async def seed_session(self, body: BaseSeedSessionRequest) -> BaseSeedSessionResponse:
@@ -93,8 +137,13 @@ class SimpleResourcesServer(SimpleServer):
         raise NotImplementedError(f"{type(self).__name__} must implement verify()")
 
     async def aggregate_metrics(self, body: AggregateMetricsRequest) -> AggregateMetrics:
-        """Default metrics: statistics of ``reward`` and every other numeric field, overall and per task."""
-        return aggregate_verify_responses(body.verify_responses)
+        """Default metrics: statistics of ``reward`` and every other numeric field, overall and per task, extended by
+        :meth:`compute_metrics` and headed by :meth:`get_key_metrics`."""
+        return self._aggregate_with_hooks(body.verify_responses)
+
+    async def get_reverify_mode(self) -> ReverifyMode:
+        return ReverifyMode(self.config.REVERIFY_MODE)
 
     async def reverify_mode(self) -> ReverifyMode:
-        return self.config.REVERIFY_MODE
+        """The same as :meth:`get_reverify_mode` (NeMo Gym's name)."""
+        return await self.get_reverify_mode()

@@ -3,18 +3,32 @@
 ``/v1/responses`` runs the loop for one set of create params and returns the final Responses object (so an agent can
 stand in for a model); ``/run`` takes a whole dataset row, seeds the environment's session, runs the loop and returns
 the verified row with its ``reward``.
+
+When the run captures model calls (``observability_enabled``), an agent sends its model calls for a rollout through
+:meth:`SimpleResponsesAPIAgent.url_path_for_run` (``/ng-rollout/<id>/v1/responses``), so the model server can file
+them under that rollout; otherwise the helpers return the path unchanged.
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
-from fastapi import FastAPI, Request, Response
+from fastapi import Body, FastAPI, Request, Response
 
-from nemo_gym.base_resources_server import BaseRunRequest, BaseVerifyResponse
+from nemo_gym.base_resources_server import BaseRunRequest, BaseVerifyResponse, MetricsHooks
 from nemo_gym.config.server_models import BaseRunServerInstanceConfig
 from nemo_gym.metrics import AggregateMetrics, AggregateMetricsRequest, aggregate_verify_responses
+from nemo_gym.observability.capture import ModelCallCaptureConfig
+from nemo_gym.observability.correlation import (
+    TOKEN_CAPTURE_PATH_SEGMENT,
+    apply_rollout_prefix,
+    rollout_context,
+    rollout_id_from_run_body,
+    rollout_path_prefix,
+)
 from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParamsNonStreaming
 from nemo_gym.server_utils import SimpleServer
 
@@ -25,6 +39,7 @@ __all__ = [
     "BaseRunRequest",
     "BaseRunServerInstanceConfig",
     "BaseVerifyResponse",
+    "Body",
     "NeMoGymResponse",
     "NeMoGymResponseCreateParamsNonStreaming",
     "SimpleResponsesAPIAgent",
@@ -39,15 +54,56 @@ class BaseResponsesAPIAgentConfig(BaseRunServerInstanceConfig):
     skip_verification_reward: float = 0.0
 
 
-class SimpleResponsesAPIAgent(SimpleServer):
+class SimpleResponsesAPIAgent(MetricsHooks, SimpleServer):
     config: BaseResponsesAPIAgentConfig
 
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()
         app.post("/v1/responses")(self.responses)
-        app.post("/run")(self.run)
+        if self._model_call_capture_enabled():
+            # A self-call made with url_path_for_run lands here; url_path_for_request reads the id back.
+            app.post("/ng-rollout/{rollout_id}/v1/responses")(self.responses)
+            app.post("/run")(self._run_in_rollout_context())
+        else:
+            app.post("/run")(self.run)
         app.post("/aggregate_metrics")(self.aggregate_metrics)
         return app
+
+    def _run_in_rollout_context(self) -> Any:
+        """``run`` with the rollout id of its body as the current rollout (only installed when capture is on)."""
+        run = self.run
+
+        @functools.wraps(run)
+        async def run_in_context(*args: Any, **kwargs: Any) -> Any:
+            body = kwargs.get("body", next((a for a in args if isinstance(a, BaseRunRequest)), None))
+            with rollout_context(self.rollout_id_from_run(body)):
+                return await run(*args, **kwargs)
+
+        return run_in_context
+
+    def _model_call_capture_enabled(self) -> bool:
+        config = getattr(self.server_client, "global_config_dict", None)
+        return ModelCallCaptureConfig.of(config).observability_enabled if isinstance(config, Mapping) else False
+
+    def rollout_id_from_run(self, body: Any) -> str | None:
+        """The rollout id of a ``/run`` body when model calls are captured; None otherwise or without indices."""
+        return rollout_id_from_run_body(body) if self._model_call_capture_enabled() else None
+
+    def url_path_for_run(self, url_path: str, body: Any) -> str:
+        """``url_path`` for this rollout's model calls: ``/ng-rollout/<id>`` + path when captured, else unchanged."""
+        return rollout_path_prefix(self.rollout_id_from_run(body)) + url_path
+
+    def base_url_for_run(self, base_url: str, body: Any) -> str:
+        """A model server's root URL with this rollout's prefix (append ``/v1`` after it)."""
+        return apply_rollout_prefix(base_url, self.rollout_id_from_run(body))
+
+    def url_path_for_request(self, url_path: str, request: Request | None) -> str:
+        """``url_path`` with the rollout prefix of the request being served (a prefixed self-call), if any."""
+        path_params = getattr(request, "path_params", None)
+        rollout_id = path_params.get("rollout_id") if isinstance(path_params, Mapping) else None
+        request_path = getattr(getattr(request, "url", None), "path", "")
+        token_capture = f"/{TOKEN_CAPTURE_PATH_SEGMENT}/" in request_path
+        return rollout_path_prefix(rollout_id, token_capture=token_capture) + url_path
 
     async def responses(
         self, request: Request, response: Response, body: NeMoGymResponseCreateParamsNonStreaming
@@ -58,7 +114,8 @@ class SimpleResponsesAPIAgent(SimpleServer):
         raise NotImplementedError(f"{type(self).__name__} must implement run()")
 
     async def aggregate_metrics(self, body: AggregateMetricsRequest) -> AggregateMetrics:
-        return aggregate_verify_responses(body.verify_responses)
+        """The resources server's default statistics, extended by this agent's metric hooks."""
+        return self._aggregate_with_hooks(body.verify_responses)
 
 
 def add_usage(total: dict[str, Any] | None, usage: dict[str, Any] | None) -> dict[str, Any] | None:

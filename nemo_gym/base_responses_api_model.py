@@ -6,9 +6,21 @@ request is a 422 naming the bad field rather than an error deep in the backend.
 
 from __future__ import annotations
 
-from fastapi import FastAPI
+from fastapi import Body, FastAPI
 
 from nemo_gym.config.server_models import BaseRunServerInstanceConfig
+from nemo_gym.observability.capture import (
+    CaptureStore,
+    ModelCallCaptureConfig,
+    ModelCallRecord,
+    _CaptureMiddleware,
+    aggregate_model_call_metrics,
+    aggregate_model_call_records,
+    build_model_call_record,
+    install_model_call_capture,
+    read_model_call_records,
+)
+from nemo_gym.observability.trajectory import merge_model_call_capture_into_record
 from nemo_gym.openai_utils import (
     NeMoGymChatCompletion,
     NeMoGymChatCompletionCreateParamsNonStreaming,
@@ -20,12 +32,23 @@ from nemo_gym.server_utils import SimpleServer
 __all__ = [
     "BaseResponsesAPIModelConfig",
     "BaseRunServerInstanceConfig",
+    "Body",
+    "CaptureStore",
+    "ModelCallCaptureConfig",
+    "ModelCallRecord",
     "NeMoGymChatCompletion",
     "NeMoGymChatCompletionCreateParamsNonStreaming",
     "NeMoGymResponse",
     "NeMoGymResponseCreateParamsNonStreaming",
     "SimpleResponsesAPIModel",
     "SimpleServer",
+    "_CaptureMiddleware",
+    "aggregate_model_call_metrics",
+    "aggregate_model_call_records",
+    "build_model_call_record",
+    "install_model_call_capture",
+    "merge_model_call_capture_into_record",
+    "read_model_call_records",
 ]
 
 
@@ -38,6 +61,8 @@ class SimpleResponsesAPIModel(SimpleServer):
 
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()
+        capture = ModelCallCaptureConfig.of(getattr(self.server_client, "global_config_dict", None))
+        install_model_call_capture(app, capture, model_server_name=self.config.name)
         app.post("/v1/responses")(self.responses)
         app.post("/v1/chat/completions")(self.chat_completions)
         return app

@@ -109,7 +109,7 @@ def judge_failsafe(verify_fn: Callable[_P, Awaitable[_T]]) -> Callable[_P, Await
             body = _request_body(args, kwargs)
             if body is None:
                 raise RuntimeError("judge_failsafe: the wrapped verify() received no request body") from e
-            from nemo_gym.rollouts.collector import FAILURE_CLASS_KEY, FAILURE_MESSAGE_KEY
+            from nemo_gym.row_fields import FAILURE_CLASS_KEY, FAILURE_MESSAGE_KEY
 
             row = body.model_dump() | {
                 "reward": 0.0,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter, defaultdict
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
 from pydantic import BaseModel
@@ -26,7 +26,9 @@ __all__ = [
     "AggregateMetricsRequest",
     "WANDBConfig",
     "aggregate_verify_responses",
+    "aggregate_with_hooks",
     "category_metrics",
+    "default_key_metrics",
     "group_by_task",
     "majority_at_k",
     "majority_metrics",
@@ -201,10 +203,44 @@ def aggregate_verify_responses(rows: list[dict[str, Any]], answer_key: str | Non
         {TASK_INDEX_KEY_NAME: task, "num_rollouts": len(task_rows)} | summarize_rows(task_rows)
         for task, task_rows in groups.items()
     ]
+    return AggregateMetrics(
+        agent_metrics=agent_metrics, key_metrics=default_key_metrics(agent_metrics), group_level_metrics=group_level
+    )
+
+
+def default_key_metrics(agent_metrics: dict[str, Any]) -> dict[str, Any]:
+    """The headline metrics when a server names none: mean reward, pass@1 (and its variants), the largest
+    majority@k."""
     majority = [k for k in agent_metrics if k.startswith("majority@")]
     key_names = ("mean/reward", "pass@1", *(k for k in agent_metrics if k.startswith("pass@1[")), *majority[-1:])
-    key_metrics = {name: agent_metrics[name] for name in key_names if name in agent_metrics}
-    return AggregateMetrics(agent_metrics=agent_metrics, key_metrics=key_metrics, group_level_metrics=group_level)
+    return {name: agent_metrics[name] for name in key_names if name in agent_metrics}
+
+
+def aggregate_with_hooks(
+    rows: list[dict[str, Any]],
+    compute_metrics: Callable[[list[list[dict[str, Any]]]], dict[str, Any]] | None = None,
+    get_key_metrics: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+) -> AggregateMetrics:
+    """The default statistics, extended by a server's ``compute_metrics(tasks)`` and ``get_key_metrics(metrics)``.
+
+    ``tasks`` is the rows grouped by task index, in task order. What ``compute_metrics`` returns is merged into the
+    agent metrics, except ``per_task_metrics`` (a list of dicts with ``_ng_task_index``), which is merged into the
+    matching group-level entries. ``get_key_metrics`` then picks the headline metrics from the merged agent metrics.
+    """
+    result = aggregate_verify_responses(rows)
+    if compute_metrics is not None and rows:
+        groups = group_by_task(rows)
+        custom = dict(compute_metrics([groups[task] for task in sorted(groups)]))
+        per_task = {m[TASK_INDEX_KEY_NAME]: m for m in custom.pop("per_task_metrics", None) or []}
+        for group in result.group_level_metrics:
+            extra = per_task.get(group.get(TASK_INDEX_KEY_NAME))
+            group.update({k: v for k, v in (extra or {}).items() if k != TASK_INDEX_KEY_NAME})
+        result.agent_metrics.update(custom)
+    if get_key_metrics is not None:
+        result.key_metrics = get_key_metrics(result.agent_metrics)
+    else:
+        result.key_metrics = default_key_metrics(result.agent_metrics)
+    return result
 
 
 def category_metrics(rows: Sequence[dict[str, Any]], field: str) -> dict[str, float]:

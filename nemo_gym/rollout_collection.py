@@ -4,6 +4,10 @@
 :class:`RolloutCollectionHelper` and consumes results as they finish, doing its own batching; the servers are found
 through the head server (or the config this process already has). Each rollout goes through the collector's
 :func:`~nemo_gym.rollouts.collector.run_rollout`, so a failure gets the same class here as in ``gym eval run``.
+
+The ``NG_*_KEY`` names are the result fields an agent sets to route a failure (``row_fields.py``):
+``NG_FAILURE_CLASS_KEY`` makes it a failure, ``NG_TERMINAL_KEY`` stops resume from retrying it, ``NG_NO_PERSIST_KEY``
+keeps it out of every file so resume runs it again.
 """
 
 from __future__ import annotations
@@ -15,10 +19,16 @@ from typing import Any
 from nemo_gym.config.datasets import AGENT_REF_KEY
 from nemo_gym.config.server_models import BaseServerConfig
 from nemo_gym.errors import ConfigError
+from nemo_gym.observability.trajectory import TRAJECTORY_KEY as NG_TRAJECTORY_KEY
+from nemo_gym.observability.trajectory import attach_trajectory_record as _attach_trajectory_record
 from nemo_gym.rollouts.collector import RolloutFailure as _RolloutFailure
+from nemo_gym.rollouts.collector import default_max_attempts as _get_max_rollout_attempts
 from nemo_gym.rollouts.collector import run_rollout as _run_rollout
 from nemo_gym.rollouts.config import DEFAULT_CONCURRENCY as _DEFAULT_CONCURRENCY
 from nemo_gym.rollouts.config import RolloutCollectionConfig
+from nemo_gym.row_fields import FAILURE_CLASS_KEY as NG_FAILURE_CLASS_KEY
+from nemo_gym.row_fields import FAILURE_TERMINAL_KEY as NG_TERMINAL_KEY
+from nemo_gym.row_fields import NO_PERSIST_KEY as NG_NO_PERSIST_KEY
 from nemo_gym.server_utils import ServerClient
 from nemo_gym.transport.admission import in_admitted_request as _in_admitted_request
 
@@ -26,9 +36,15 @@ __all__ = [
     "AGENT_REF_KEY",
     "BaseServerConfig",
     "ConfigError",
+    "NG_FAILURE_CLASS_KEY",
+    "NG_NO_PERSIST_KEY",
+    "NG_TERMINAL_KEY",
+    "NG_TRAJECTORY_KEY",
     "RolloutCollectionConfig",
     "RolloutCollectionHelper",
     "ServerClient",
+    "_attach_trajectory_record",
+    "_get_max_rollout_attempts",
 ]
 
 

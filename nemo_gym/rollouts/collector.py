@@ -7,8 +7,12 @@ Guarantees:
 * every finished rollout is written (and flushed) as soon as it finishes: ``<stem>.jsonl`` for scored rollouts,
   ``<stem>_failures.jsonl`` for failures (HTTP errors, timeouts, unreachable servers, verifier/judge failures), each
   with ``_ng_failure_class`` and ``_ng_failure_message``. A failure never aborts the run and never counts as a reward;
-* ``resume`` skips rollouts already in the output, retries failed ones until ``max_attempts`` is reached, and refuses
-  to continue when the materialized inputs differ from the run it continues.
+* ``resume`` skips rollouts already in the output, retries failed ones until ``max_attempts`` is reached (never one
+  whose failure the agent marked ``_ng_failure_terminal``), and refuses to continue when the materialized inputs
+  differ from the run it continues;
+* an answer marked ``_ng_no_persist`` (an infrastructure failure such as a killed sandbox) is written nowhere, so
+  resume runs it again without counting an attempt;
+* with ``capture_dirs`` (model-call capture on), each rollout gets its captured calls and ``ng_trajectory``.
 """
 
 from __future__ import annotations
@@ -26,6 +30,13 @@ from tqdm import tqdm
 
 from nemo_gym.config.datasets import AGENT_REF_KEY
 from nemo_gym.jsonl import JsonlWriter, iter_jsonl, repair_tail, write_json_atomic
+from nemo_gym.observability.capture import CAPTURE_KEY, OBSERVATIONS_KEY
+from nemo_gym.observability.trajectory import (
+    TRAJECTORY_KEY,
+    attach_trajectory_record,
+    clear_model_call_captures,
+    merge_model_call_capture_into_record,
+)
 from nemo_gym.rollouts.config import DEFAULT_CONCURRENCY
 from nemo_gym.rollouts.materialize import (
     ATTEMPT_INDEX_KEY,
@@ -36,12 +47,10 @@ from nemo_gym.rollouts.materialize import (
     rollout_key,
 )
 from nemo_gym.rollouts.pool import run_bounded
+from nemo_gym.row_fields import FAILURE_CLASS_KEY, FAILURE_MESSAGE_KEY, FAILURE_TERMINAL_KEY, NO_PERSIST_KEY
 from nemo_gym.transport import http_client
 from nemo_gym.transport.http_client import ServerTimeoutError, TransportConfig, TransportError
 
-FAILURE_CLASS_KEY = "_ng_failure_class"
-FAILURE_MESSAGE_KEY = "_ng_failure_message"
-FAILURE_TERMINAL_KEY = "_ng_failure_terminal"
 MAX_ATTEMPTS_ENV_VAR = "NEMO_GYM_MAX_ROLLOUT_ATTEMPTS"
 DEFAULT_MAX_ATTEMPTS = 3
 
@@ -79,6 +88,8 @@ class CollectionOptions:
     rollout_timeout_s: float = 3600.0
     show_progress: bool = True
     """A progress bar on stderr, only when stderr is a terminal (in a log its redraws are noise)."""
+    capture_dirs: list[Path] = field(default_factory=list)
+    """Where model servers capture model calls (``model_call_capture_dir`` when ``observability_enabled``)."""
 
 
 @dataclass
@@ -90,6 +101,8 @@ class CollectionSummary:
     skipped_done: int = 0
     skipped_exhausted: int = 0
     failure_classes: Counter = field(default_factory=Counter)
+    not_persisted: int = 0
+    """Failures the agent marked ``_ng_no_persist``: counted in ``failed``, written nowhere, run again on resume."""
     elapsed_s: float = 0.0
 
     @property
@@ -185,17 +198,20 @@ class RolloutCollector:
         agent = row[AGENT_REF_KEY]["name"]
         url = self.agent_urls.get(agent)
         if url is None:
-            self._fail(row, "unknown_agent", f"agent {agent!r} is not running")
+            self._fail(row, RolloutFailure("unknown_agent", f"agent {agent!r} is not running"))
             return
+        if self.options.capture_dirs:
+            clear_model_call_captures([row], self.options.capture_dirs)
         result = await run_rollout(url, agent, row, self._transport)
         if isinstance(result, RolloutFailure):
-            self._fail(row, result.failure_class, result.message)
+            self._fail(row, result)
             return
         result[TASK_INDEX_KEY] = row[TASK_INDEX_KEY]
         result[ROLLOUT_INDEX_KEY] = row[ROLLOUT_INDEX_KEY]
         result[AGENT_REF_KEY] = row[AGENT_REF_KEY]
         if ATTEMPT_INDEX_KEY in row:
             result[ATTEMPT_INDEX_KEY] = row[ATTEMPT_INDEX_KEY]
+        add_observations(row, result, self.options.capture_dirs)
         self._output.write(result)
         self.summary.succeeded += 1
         sums = self._reward_sums.setdefault(agent, [0.0, 0])
@@ -203,19 +219,21 @@ class RolloutCollector:
         sums[1] += 1
         self._advance()
 
-    def _fail(self, row: dict[str, Any], failure_class: str, message: str) -> None:
-        self._failures.write(
-            {
+    def _fail(self, row: dict[str, Any], failure: RolloutFailure) -> None:
+        if failure.persist:
+            record = {
                 TASK_INDEX_KEY: row[TASK_INDEX_KEY],
                 ROLLOUT_INDEX_KEY: row[ROLLOUT_INDEX_KEY],
                 ATTEMPT_INDEX_KEY: row.get(ATTEMPT_INDEX_KEY, 0),
                 AGENT_REF_KEY: row[AGENT_REF_KEY],
-                FAILURE_CLASS_KEY: failure_class,
-                FAILURE_MESSAGE_KEY: message,
+                FAILURE_CLASS_KEY: failure.failure_class,
+                FAILURE_MESSAGE_KEY: failure.message,
             }
-        )
+            self._failures.write(record | ({FAILURE_TERMINAL_KEY: True} if failure.terminal else {}))
+        else:
+            self.summary.not_persisted += 1
         self.summary.failed += 1
-        self.summary.failure_classes[failure_class] += 1
+        self.summary.failure_classes[failure.failure_class] += 1
         self._advance()
 
     def _advance(self) -> None:
@@ -234,9 +252,29 @@ class RolloutFailure:
 
     failure_class: str
     message: str
+    terminal: bool = False
+    """The agent said retrying cannot help (``_ng_failure_terminal``): resume does not run it again."""
+    persist: bool = True
+    """False when the agent said ``_ng_no_persist``: the failure is written nowhere and resume runs it again."""
 
-    def as_result(self) -> dict[str, str]:
-        return {FAILURE_CLASS_KEY: self.failure_class, FAILURE_MESSAGE_KEY: self.message}
+    def as_result(self) -> dict[str, Any]:
+        result: dict[str, Any] = {FAILURE_CLASS_KEY: self.failure_class, FAILURE_MESSAGE_KEY: self.message}
+        if self.terminal:
+            result[FAILURE_TERMINAL_KEY] = True
+        if not self.persist:
+            result[NO_PERSIST_KEY] = True
+        return result
+
+
+def add_observations(row: dict[str, Any], result: dict[str, Any], capture_dirs: list[Path]) -> None:
+    """The rollout's captured model calls (with ``capture_dirs``) and, when there is any evidence, ``ng_trajectory``.
+
+    Without capture and without observations from the agent this is two dictionary lookups.
+    """
+    if capture_dirs:
+        merge_model_call_capture_into_record(result, capture_dirs)
+    if CAPTURE_KEY in result or OBSERVATIONS_KEY in result or TRAJECTORY_KEY in result:
+        attach_trajectory_record(row, result)
 
 
 async def run_rollout(
@@ -251,7 +289,9 @@ async def run_rollout(
     The result is the agent's answer when it is a 200 with a numeric ``reward`` and no ``_ng_failure_class``.
     Anything else is a :class:`RolloutFailure`, never an exception: ``timeout``, ``connection_error``, the class
     :func:`classify_http_failure` gives the status, ``invalid_response``, or the class the agent itself reported
-    (a judge that could not be reached is a failure, not a reward of 0).
+    (a judge that could not be reached is a failure, not a reward of 0), ``terminal`` when it set
+    ``_ng_failure_terminal``. An answer with ``_ng_no_persist`` is a failure that is not to be written, whatever
+    else it holds (class ``no_persist`` unless it names one).
     """
     try:
         response = await http_client.request(
@@ -269,10 +309,14 @@ async def run_rollout(
         result = orjson.loads(body)
     except orjson.JSONDecodeError:
         return RolloutFailure("invalid_response", "the agent's /run answer is not JSON")
+    if isinstance(result, dict) and result.get(NO_PERSIST_KEY):
+        failure_class = str(result.get(FAILURE_CLASS_KEY) or "no_persist")
+        return RolloutFailure(failure_class, str(result.get(FAILURE_MESSAGE_KEY, "")), persist=False)
     if not isinstance(result, dict) or not isinstance(result.get("reward"), (int, float)):
         return RolloutFailure("invalid_response", "the agent's /run answer has no numeric reward")
     if result.get(FAILURE_CLASS_KEY):
-        return RolloutFailure(str(result[FAILURE_CLASS_KEY]), str(result.get(FAILURE_MESSAGE_KEY, "")))
+        terminal = bool(result.get(FAILURE_TERMINAL_KEY))
+        return RolloutFailure(str(result[FAILURE_CLASS_KEY]), str(result.get(FAILURE_MESSAGE_KEY, "")), terminal)
     return result
 
 

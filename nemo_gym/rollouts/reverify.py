@@ -28,6 +28,7 @@ import orjson
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
+from nemo_gym.base_resources_server import ReverifyMode
 from nemo_gym.config.compose import ComposedConfig
 from nemo_gym.config.datasets import AGENT_REF_KEY
 from nemo_gym.config.server_models import is_server_ref
@@ -51,7 +52,7 @@ from nemo_gym.transport.http_client import ServerTimeoutError, TransportConfig, 
 PREVIOUS_REWARD_KEY = "_ng_previous_reward"
 UNSAFE_KEY = "_ng_reverify_unsafe"
 """Set on rows re-scored with ``--force`` by a server that does not declare its verification stateless."""
-STATELESS = "stateless"
+STATELESS = ReverifyMode.STATELESS
 KEPT_FROM_STORED = ("response", "responses_create_params")
 """Fields of the stored row that a verify answer never replaces (the answer only echoes them back)."""
 MAX_LISTED = 5
@@ -228,11 +229,11 @@ async def check_reverify_modes(urls: dict[str, str], force: bool) -> dict[str, s
         except TransportError as e:
             raise ConfigError(f"cannot ask resources server {name!r} for its /reverify_mode: {e}") from e
         if answer.status == 404:  # a server older than the endpoint: nothing is known about it
-            modes[name] = "unknown"
+            modes[name] = ReverifyMode.UNKNOWN
             continue
         http_client.raise_for_status(answer, name, "/reverify_mode")
         mode = await http_client.response_json(answer)
-        modes[name] = mode if isinstance(mode, str) else "unknown"
+        modes[name] = mode if isinstance(mode, str) else ReverifyMode.UNKNOWN
     unsafe = {name: mode for name, mode in modes.items() if mode != STATELESS}
     if unsafe and not force:
         described = ", ".join(f"{name!r} says {mode!r}" for name, mode in sorted(unsafe.items()))

@@ -13,6 +13,7 @@ from nemo_gym.config.compose import ComposedConfig
 from nemo_gym.config.datasets import AGENT_REF_KEY, BenchmarkDatasetConfig
 from nemo_gym.errors import ConfigError
 from nemo_gym.jsonl import JsonlWriter, iter_jsonl
+from nemo_gym.observability.capture import capture_dirs_from_config
 from nemo_gym.rollouts.aggregate import aggregate_metrics_path, compute_metrics, rows_by_agent, write_metrics
 from nemo_gym.rollouts.collector import CollectionOptions, CollectionSummary, RolloutCollector, recorded_fingerprint
 from nemo_gym.rollouts.config import RolloutCollectionConfig
@@ -146,6 +147,7 @@ def run_collection(
         resume=settings.resume_from_cache,
         rollout_timeout_s=settings.rollout_timeout_seconds,
         show_progress=show_progress,
+        capture_dirs=capture_dirs_from_config(composed.config),
     )
     return asyncio.run(_collect_and_aggregate(materialized, urls, options, settings.disable_aggregation))
 

@@ -26,6 +26,7 @@ LAYERS: dict[str, int] = {
     "jsonl": 2,
     "session_store": 2,
     "metrics": 2,
+    "row_fields": 2,
     "reward_profile": 2,
     "profiling": 2,
     "sandbox/": 2,
@@ -41,6 +42,10 @@ LAYERS: dict[str, int] = {
     "base_responses_api_model": 5,
     "base_responses_api_agent": 5,
     "base_gymnasium_server": 5,
+    "judge": 5,
+    "observability/": 5,
+    "rollout_correlation": 5,
+    "rollout_observability": 5,
     # 6: orchestration and data, and the faces that re-export from them
     "datasets/": 6,
     "rollouts/": 6,
@@ -49,12 +54,13 @@ LAYERS: dict[str, int] = {
     "assets": 6,
     "benchmarks": 6,
     "testing": 6,
-    "judge": 6,
     "prompt": 6,
     "path_utils": 6,
     "registry": 6,
     "config_types": 6,
     "rollout_collection": 6,
+    "skills": 6,
+    "mcp_auto_exposure": 6,
     # 7: the command line
     "cli/": 7,
 }

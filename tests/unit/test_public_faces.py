@@ -38,6 +38,7 @@ FACES = (
     "nemo_gym.config_types",
     "nemo_gym.global_config",
     "nemo_gym.judge",
+    "nemo_gym.mcp_auto_exposure",
     "nemo_gym.metrics",
     "nemo_gym.openai_utils",
     "nemo_gym.path_utils",
@@ -46,7 +47,10 @@ FACES = (
     "nemo_gym.registry",
     "nemo_gym.reward_profile",
     "nemo_gym.rollout_collection",
+    "nemo_gym.rollout_correlation",
+    "nemo_gym.rollout_observability",
     "nemo_gym.server_utils",
+    "nemo_gym.skills",
 )
 
 HEADER = """\

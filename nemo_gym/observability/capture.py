@@ -1,0 +1,541 @@
+"""Model-call capture: every ``/v1/*`` exchange of a correlated rollout, appended to ``<dir>/<rollout_id>.capture.jsonl``.
+
+It is on only when the run sets ``observability_enabled: true`` and an absolute ``model_call_capture_dir``; a model
+server without it installs no middleware, so the request path is untouched. With it, agents post to
+``/ng-rollout/<id>/v1/...``; :class:`_CaptureMiddleware` strips the prefix, forwards request and response unchanged
+(streams included), keeps a copy, and appends one exchange per call off the event loop. The final body message is
+held back until the exchange is on disk, so a caller that reads the capture after the answer finds it there. The
+collector reads a rollout's file back into ``ng_model_call_capture`` (:func:`merge_model_call_capture_into_record`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import logging
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+from uuid import uuid4
+
+import orjson
+from pydantic import BaseModel, Field, ValidationError, model_validator
+
+from nemo_gym.config.server_models import ModelServerRef
+from nemo_gym.errors import ConfigError
+from nemo_gym.observability.correlation import ROLLOUT_ID_PATTERN, split_rollout_path
+
+logger = logging.getLogger(__name__)
+
+CAPTURE_KEY = "ng_model_call_capture"
+OBSERVATIONS_KEY = "ng_agent_observations"
+PAYLOAD_FIELDS = ("request", "response", "request_raw", "response_raw")
+OBSERVED_PATHS = {"/v1/responses": "responses", "/v1/chat/completions": "chat", "/v1/messages": "messages"}
+
+
+class ModelCallCaptureConfig(BaseModel):
+    """The run-wide switch, read from the global config (other keys are ignored)."""
+
+    observability_enabled: bool = False
+    model_call_capture_dir: Path | None = None
+
+    @model_validator(mode="after")
+    def _needs_directory(self) -> ModelCallCaptureConfig:
+        if self.observability_enabled:
+            if self.model_call_capture_dir is None:
+                raise ValueError("observability_enabled: true needs model_call_capture_dir (an absolute path)")
+            if not self.model_call_capture_dir.is_absolute():
+                raise ValueError(f"model_call_capture_dir must be an absolute path, not {self.model_call_capture_dir}")
+        return self
+
+    @classmethod
+    def of(cls, global_config: Any) -> ModelCallCaptureConfig:
+        """The settings of a run's config; an enabled capture without an absolute directory is a ConfigError."""
+        if not isinstance(global_config, Mapping) or not global_config.get("observability_enabled"):
+            return cls()
+        try:
+            return cls(observability_enabled=True, model_call_capture_dir=global_config.get("model_call_capture_dir"))
+        except ValidationError as e:
+            raise ConfigError(str(e.errors()[0]["msg"]).removeprefix("Value error, ")) from None
+
+
+def capture_dirs_from_config(global_config: Any) -> list[Path]:
+    """The capture directory of a run as a one-element list, or ``[]`` when capture is off."""
+    config = ModelCallCaptureConfig.of(global_config)
+    return [config.model_call_capture_dir] if config.model_call_capture_dir is not None else []
+
+
+class CaptureStore:
+    """Append-only JSONL per rollout id. Appends are ``flock``-ed and fsync-ed: call them off the event loop."""
+
+    def __init__(self, root: str | Path) -> None:
+        self._root = Path(root)
+        self._root.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def root(self) -> Path:
+        return self._root
+
+    def path_for(self, rollout_id: str) -> Path:
+        return self._root / f"{_checked(rollout_id)}.capture.jsonl"
+
+    def incomplete_path_for(self, rollout_id: str) -> Path:
+        return self._root / f"{_checked(rollout_id)}.capture.incomplete"
+
+    def mark_incomplete(self, rollout_id: str) -> None:
+        self.incomplete_path_for(rollout_id).touch(exist_ok=True)
+
+    def is_incomplete(self, rollout_id: str) -> bool:
+        return self.incomplete_path_for(rollout_id).exists()
+
+    def record(self, rollout_id: str, exchange: dict[str, Any]) -> None:
+        line = orjson.dumps(exchange, default=str, option=orjson.OPT_APPEND_NEWLINE)
+        with self.path_for(rollout_id).open("ab") as handle:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+            try:
+                handle.write(line)
+                handle.flush()
+                os.fsync(handle.fileno())
+            finally:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+    def read(self, rollout_id: str) -> list[dict[str, Any]]:
+        """Every exchange in append order; a damaged line raises ``orjson.JSONDecodeError``."""
+        return [orjson.loads(line) for line in self._lines(rollout_id)]
+
+    def read_available(self, rollout_id: str) -> tuple[list[tuple[int, dict[str, Any]]], int]:
+        """``([(position, exchange), ...], damaged lines)``: one bad line does not hide the others."""
+        exchanges: list[tuple[int, dict[str, Any]]] = []
+        damaged = 0
+        for position, line in enumerate(self._lines(rollout_id)):
+            try:
+                exchange = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                exchange = None
+            if isinstance(exchange, dict):
+                exchanges.append((position, exchange))
+            else:
+                damaged += 1
+        return exchanges, damaged
+
+    def _lines(self, rollout_id: str) -> list[bytes]:
+        path = self.path_for(rollout_id)
+        if not path.exists():
+            return []
+        with path.open("rb") as handle:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_SH)
+            try:
+                return [stripped for line in handle if (stripped := line.strip())]
+            finally:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def _checked(rollout_id: str) -> str:
+    if not ROLLOUT_ID_PATTERN.match(rollout_id or ""):
+        raise ValueError(f"invalid rollout id {rollout_id!r}: letters, digits, '.', '-', '_', not starting with '.'")
+    return rollout_id
+
+
+class ModelCallRecord(BaseModel):
+    """What one captured exchange says: identity, outcome, tokens, cache use, latency and (optionally) payloads.
+
+    ``call_index`` is the append order, not a causal order of concurrent calls. A token field that the provider did
+    not report is None ("unknown"), never 0.
+    """
+
+    model_call_id: str | None = None
+    response_id: str | None = None
+    call_index: int
+    model_ref: ModelServerRef | None = None
+    model: str | None = None
+    dialect: str | None = None
+    status_code: int | None = None
+    response_status: str | None = None
+    finish_reason: str | None = None
+    started_at: float | None = None
+    completed_at: float | None = None
+    tokens_in: int | None = None
+    tokens_out: int | None = None
+    tokens_reasoning: int | None = None
+    tokens_total: int | None = None
+    request: dict[str, Any] | None = None
+    response: dict[str, Any] | None = None
+    request_raw: str | None = None
+    response_raw: str | None = None
+    tool_calls: list[dict[str, Any]] = Field(default_factory=list)
+    reasoning_content: str | None = None
+    cache_hit: bool | None = None
+    cached_tokens: int | None = None
+    cache_creation_tokens: int | None = None
+    error_category: str | None = None
+    latency_total_ms: float | None = None
+    latency_ttft_ms: float | None = None
+
+
+def _count(value: Any) -> int | None:
+    return value if type(value) is int and value >= 0 else None
+
+
+def _detail(usage: Mapping[str, Any], groups: tuple[str, ...], names: tuple[str, ...]) -> int | None:
+    for group in groups:
+        details = usage.get(group)
+        if isinstance(details, Mapping):
+            for name in names:
+                if (value := _count(details.get(name))) is not None:
+                    return value
+    return None
+
+
+def token_stats(usage: Any) -> dict[str, int | None]:
+    """Token counts of a Responses, Chat Completions or Anthropic Messages ``usage``.
+
+    Anthropic's ``input_tokens`` leaves out cache reads and writes, so they are added back: ``tokens_in`` is the
+    prompt's size in every dialect.
+    """
+    stats: dict[str, int | None] = dict.fromkeys(
+        ("tokens_in", "tokens_out", "tokens_reasoning", "tokens_total", "cache_creation_tokens")
+    )
+    if not isinstance(usage, Mapping):
+        return stats
+    tokens_in = _count(usage.get("input_tokens"))
+    tokens_in = tokens_in if tokens_in is not None else _count(usage.get("prompt_tokens"))
+    tokens_out = _count(usage.get("output_tokens"))
+    tokens_out = tokens_out if tokens_out is not None else _count(usage.get("completion_tokens"))
+    cache_read = _count(usage.get("cache_read_input_tokens"))
+    cache_write = _count(usage.get("cache_creation_input_tokens"))
+    cached = (cache_read or 0) + (cache_write or 0)
+    if (cache_read is not None or cache_write is not None) and (tokens_in is not None or cached > 0):
+        tokens_in = (tokens_in or 0) + cached
+    total = _count(usage.get("total_tokens"))
+    if total is None and tokens_in is not None and tokens_out is not None:
+        total = tokens_in + tokens_out
+    reasoning = _detail(usage, ("output_tokens_details", "completion_tokens_details"), ("reasoning_tokens",))
+    stats.update(
+        tokens_in=tokens_in,
+        tokens_out=tokens_out,
+        tokens_reasoning=reasoning if reasoning is not None else _count(usage.get("reasoning_output_tokens")),
+        tokens_total=total,
+        cache_creation_tokens=cache_write,
+    )
+    return stats
+
+
+def _cached_tokens(usage: Any) -> int | None:
+    if not isinstance(usage, Mapping):
+        return None
+    cached = _detail(usage, ("prompt_tokens_details", "input_tokens_details"), ("cached_tokens", "cached_input_tokens"))
+    for key in ("cache_read_input_tokens", "cached_input_tokens"):
+        cached = cached if cached is not None else _count(usage.get(key))
+    return cached
+
+
+def _arguments(arguments: Any) -> dict[str, Any]:
+    if isinstance(arguments, dict):
+        return arguments
+    if isinstance(arguments, str):
+        try:
+            parsed = orjson.loads(arguments)
+        except orjson.JSONDecodeError:
+            return {"_raw": arguments}
+        return parsed if isinstance(parsed, dict) else {"_raw": arguments}
+    return {}
+
+
+def _tool_calls_and_reasoning(response: dict[str, Any]) -> tuple[list[dict[str, Any]], str | None]:
+    """Tool calls (name, id, parsed arguments) and reasoning text of a response in any of the three dialects."""
+    calls: list[dict[str, Any]] = []
+    reasoning: list[str] = []
+    for item in response.get("output") or []:  # Responses
+        if not isinstance(item, dict):
+            continue
+        if item.get("type") == "function_call":
+            calls.append(
+                {"id": item.get("call_id"), "name": item.get("name"), "arguments": _arguments(item.get("arguments"))}
+            )
+        elif item.get("type") == "reasoning":
+            reasoning += [
+                part["text"]
+                for part in item.get("summary") or []
+                if isinstance(part, dict) and isinstance(part.get("text"), str)
+            ]
+            reasoning += [
+                part["text"]
+                for part in item.get("content") or []
+                if isinstance(part, dict) and isinstance(part.get("text"), str)
+            ]
+    for choice in response.get("choices") or []:  # Chat Completions
+        message = choice.get("message") if isinstance(choice, dict) else None
+        if not isinstance(message, dict):
+            continue
+        for call in message.get("tool_calls") or []:
+            function = call.get("function") or {} if isinstance(call, dict) else {}
+            calls.append(
+                {"id": call.get("id"), "name": function.get("name"), "arguments": _arguments(function.get("arguments"))}
+            )
+        for key in ("reasoning_content", "reasoning"):
+            if isinstance(message.get(key), str):
+                reasoning.append(message[key])
+                break
+    for block in response.get("content") or [] if response.get("type") == "message" else []:  # Anthropic
+        if isinstance(block, dict) and block.get("type") == "tool_use":
+            calls.append(
+                {"id": block.get("id"), "name": block.get("name"), "arguments": _arguments(block.get("input"))}
+            )
+        elif isinstance(block, dict) and block.get("type") == "thinking" and isinstance(block.get("thinking"), str):
+            reasoning.append(block["thinking"])
+    return calls, "\n".join(reasoning) or None
+
+
+def build_model_call_record(exchange: dict[str, Any], *, call_index: int) -> ModelCallRecord:
+    """The record of one stored exchange (see :func:`_record` for the exchange's shape)."""
+    response = exchange.get("response") if isinstance(exchange.get("response"), dict) else None
+    request = exchange.get("request") if isinstance(exchange.get("request"), dict) else None
+    body, sent = response or {}, request or {}
+    usage = body.get("usage")
+    cached = _cached_tokens(usage)
+    tool_calls, reasoning = _tool_calls_and_reasoning(body)
+    choices = body.get("choices")
+    first_choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
+    incomplete = body.get("incomplete_details") if isinstance(body.get("incomplete_details"), dict) else {}
+    finish = (body.get("stop_reason"), first_choice.get("finish_reason"), incomplete.get("reason"))
+    model = body.get("model") or sent.get("model")
+    return ModelCallRecord(
+        model_call_id=exchange.get("model_call_id"),
+        response_id=body["id"] if isinstance(body.get("id"), str) else None,
+        call_index=call_index,
+        model_ref=exchange.get("model_ref"),
+        model=model if isinstance(model, str) else None,
+        dialect=exchange.get("dialect"),
+        status_code=exchange.get("status_code"),
+        response_status=body["status"] if isinstance(body.get("status"), str) else None,
+        finish_reason=next((value for value in finish if isinstance(value, str)), None),
+        started_at=exchange.get("started_at"),
+        completed_at=exchange.get("completed_at"),
+        request=request,
+        response=response,
+        request_raw=exchange.get("request_raw") if isinstance(exchange.get("request_raw"), str) else None,
+        response_raw=exchange.get("response_raw") if isinstance(exchange.get("response_raw"), str) else None,
+        tool_calls=tool_calls,
+        reasoning_content=reasoning,
+        cache_hit=None if cached is None else cached > 0,
+        cached_tokens=cached,
+        error_category=exchange.get("error_category"),
+        latency_total_ms=exchange.get("latency_ms"),
+        latency_ttft_ms=exchange.get("latency_ttft_ms"),
+        **token_stats(usage),
+    )
+
+
+def read_model_call_records(store: CaptureStore, rollout_id: str) -> list[ModelCallRecord]:
+    """The records of one rollout's calls, in append order."""
+    return [build_model_call_record(exchange, call_index=i) for i, exchange in enumerate(store.read(rollout_id))]
+
+
+def read_available_model_call_records(store: CaptureStore, rollout_id: str) -> tuple[list[ModelCallRecord], int]:
+    """The records that can be read, and how many lines could not."""
+    exchanges, damaged = store.read_available(rollout_id)
+    records = []
+    for position, exchange in exchanges:
+        try:
+            records.append(build_model_call_record(exchange, call_index=position))
+        except ValueError:
+            damaged += 1
+    return records, damaged
+
+
+def aggregate_model_call_records(calls: list[ModelCallRecord]) -> dict[str, Any]:
+    """Sums of tokens and latency over calls (None where no call reported the value) and ``num_calls``."""
+
+    def total(name: str) -> float | None:
+        values = [value for call in calls if (value := getattr(call, name)) is not None]
+        return sum(values) if values else None
+
+    fields = ("tokens_in", "tokens_out", "tokens_reasoning", "tokens_total", "cached_tokens", "latency_total_ms")
+    return {name: total(name) for name in fields} | {"num_calls": len(calls)}
+
+
+def aggregate_model_call_metrics(store: CaptureStore, rollout_id: str) -> dict[str, Any]:
+    return aggregate_model_call_records(read_model_call_records(store, rollout_id))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The middleware
+
+
+def _error_category(status: int | None) -> str | None:
+    if status is None or status < 400:
+        return None
+    named = {408: "timeout", 504: "timeout", 429: "rate_limit", 401: "auth", 403: "auth", 404: "not_found"}
+    return named.get(status, "client_error" if status < 500 else "upstream_error")
+
+
+def _exception_category(error: BaseException) -> str:
+    name = type(error).__name__.lower()
+    if isinstance(error, asyncio.TimeoutError) or "timeout" in name:
+        return "timeout"
+    return "connection" if "conn" in name else "exception"
+
+
+def _streamed_response(raw: bytes, dialect: str) -> dict[str, Any] | None:
+    """The final object of a server-sent event stream where the stream carries one (Responses: the last
+    ``response.*`` event with a ``response``; Chat: the chunks' message text and usage; Messages: the start
+    message with the deltas' usage)."""
+    events: list[dict[str, Any]] = []
+    for line in raw.splitlines():
+        if line.startswith(b"data:") and (data := line[5:].strip()) and data != b"[DONE]":
+            try:
+                event = orjson.loads(data)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(event, dict):
+                events.append(event)
+    if dialect == "responses":
+        finals = [event["response"] for event in events if isinstance(event.get("response"), dict)]
+        return finals[-1] if finals else None
+    if dialect == "chat" and events:
+        text = "".join(
+            choice.get("delta", {}).get("content") or ""
+            for event in events
+            for choice in event.get("choices") or []
+            if isinstance(choice, dict)
+        )
+        finish = next(
+            (c.get("finish_reason") for e in events for c in e.get("choices") or [] if c.get("finish_reason")), None
+        )
+        usage = next((event["usage"] for event in reversed(events) if isinstance(event.get("usage"), dict)), None)
+        first = events[0]
+        return {
+            "id": first.get("id"), "model": first.get("model"), "object": "chat.completion", "usage": usage,
+            "choices": [{"index": 0, "finish_reason": finish, "message": {"role": "assistant", "content": text}}],
+        }  # fmt: skip
+    if dialect == "messages":
+        start = next((event["message"] for event in events if isinstance(event.get("message"), dict)), None)
+        if start is None:
+            return None
+        message = dict(start)
+        for event in events:
+            if event.get("type") == "message_delta":
+                message["usage"] = {**(message.get("usage") or {}), **(event.get("usage") or {})}
+                message["stop_reason"] = (event.get("delta") or {}).get("stop_reason") or message.get("stop_reason")
+        return message
+    return None
+
+
+def _record(
+    store: CaptureStore, rollout_id: str, exchange: dict[str, Any], request: bytes, body: bytes, streaming: bool
+) -> None:
+    """Parse the copies and append the exchange (runs in a worker thread; never raises)."""
+    try:
+        try:
+            parsed_request = orjson.loads(request) if request else None
+        except orjson.JSONDecodeError:
+            parsed_request = None
+        exchange["request"] = parsed_request if isinstance(parsed_request, dict) else None
+        if request and exchange["request"] is None:
+            exchange["request_raw"] = request.decode("utf-8", "replace")
+        response: Any = None
+        if body:
+            try:
+                response = _streamed_response(body, exchange["dialect"]) if streaming else orjson.loads(body)
+            except orjson.JSONDecodeError:
+                response = None
+        exchange["response"] = response if isinstance(response, dict) else None
+        if body and (streaming or exchange["response"] is None):
+            exchange["response_raw"] = body.decode("utf-8", "replace")
+        if exchange["error_category"] is None and body and exchange["response"] is None:
+            exchange["error_category"] = "capture_parse_error"
+        store.record(rollout_id, exchange)
+    except Exception:
+        logger.warning("model-call capture failed for rollout %s", rollout_id, exc_info=True)
+        try:
+            store.mark_incomplete(rollout_id)
+        except OSError:
+            logger.warning("could not mark the capture of rollout %s incomplete", rollout_id, exc_info=True)
+
+
+class _CaptureMiddleware:
+    """Pure ASGI (streams pass through unbuffered): strip ``/ng-rollout/<id>``, copy the exchange, append it."""
+
+    def __init__(self, app: Any, *, store: CaptureStore | None, model_server_name: str | None) -> None:
+        self._app = app
+        self._store = store
+        self._model_ref = {"type": "responses_api_models", "name": model_server_name} if model_server_name else None
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope.get("type") != "http":
+            await self._app(scope, receive, send)
+            return
+        rollout_id, _, path = split_rollout_path(scope.get("path", ""))
+        if rollout_id is not None:
+            scope = {**scope, "path": path, "raw_path": path.encode()}
+        dialect = OBSERVED_PATHS.get(path)
+        if self._store is None or rollout_id is None or dialect is None:
+            await self._app(scope, receive, send)
+            return
+        await self._capture(scope, receive, send, self._store, rollout_id, dialect)
+
+    async def _capture(
+        self, scope: dict[str, Any], receive: Any, send: Any, store: CaptureStore, rollout_id: str, dialect: str
+    ) -> None:
+        request, body = bytearray(), bytearray()
+        state: dict[str, Any] = {"status": None, "streaming": False, "ttft_ms": None}
+        held: list[dict[str, Any]] = []
+        started_at, start = time.time(), time.perf_counter()
+
+        async def copy_request() -> dict[str, Any]:
+            message = await receive()
+            if message.get("type") == "http.request":
+                request.extend(message.get("body", b""))
+            return message
+
+        async def copy_response(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                state["status"] = message.get("status")
+                content_type = dict(message.get("headers") or []).get(b"content-type", b"")
+                state["streaming"] = content_type.startswith(b"text/event-stream")
+            elif message["type"] == "http.response.body":
+                chunk = message.get("body", b"")
+                if chunk and state["ttft_ms"] is None:
+                    state["ttft_ms"] = (time.perf_counter() - start) * 1000.0
+                body.extend(chunk)
+                if not message.get("more_body", False):
+                    held.append(message)  # released once the exchange is on disk
+                    return
+            await send(message)
+
+        exchange: dict[str, Any] = {
+            "model_call_id": uuid4().hex, "dialect": dialect, "model_ref": self._model_ref, "started_at": started_at,
+        }  # fmt: skip
+        exchange["status_code"], exchange["error_category"] = None, None
+        try:
+            await self._app(scope, copy_request, copy_response)
+            exchange["status_code"] = state["status"]
+            exchange["error_category"] = _error_category(state["status"])
+        except Exception as error:
+            status = state["status"] or getattr(error, "status_code", None) or getattr(error, "status", None)
+            exchange["status_code"] = status if isinstance(status, int) else None
+            exchange["error_category"] = _error_category(exchange["status_code"]) or _exception_category(error)
+            raise
+        finally:
+            exchange["completed_at"] = time.time()
+            exchange["latency_ms"] = round((time.perf_counter() - start) * 1000.0, 2)
+            exchange["latency_ttft_ms"] = None if state["ttft_ms"] is None else round(state["ttft_ms"], 2)
+            try:
+                await asyncio.to_thread(
+                    _record, store, rollout_id, exchange, bytes(request), bytes(body), state["streaming"]
+                )
+            finally:
+                for message in held:
+                    await send(message)
+
+
+def install_model_call_capture(app: Any, config: ModelCallCaptureConfig, *, model_server_name: str | None) -> bool:
+    """Add :class:`_CaptureMiddleware` when capture is on (True); otherwise add nothing (False)."""
+    if not config.observability_enabled or config.model_call_capture_dir is None:
+        return False
+    app.add_middleware(
+        _CaptureMiddleware, store=CaptureStore(config.model_call_capture_dir), model_server_name=model_server_name
+    )
+    return True

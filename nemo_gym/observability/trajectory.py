@@ -1,0 +1,278 @@
+"""The collector's side of observability: a finished rollout's captured calls and observations, joined into records.
+
+:func:`merge_model_call_capture_into_record` reads the rollout's capture file into ``ng_model_call_capture``;
+:func:`attach_trajectory_record` projects that, the agent's ``ng_agent_observations`` and any ``ng_trajectory`` the
+agent produced itself into one standardized ``ng_trajectory``. Both change only those keys: never the answer or the
+reward. Both are called only for runs with capture on or rows that carry observations, so other runs pay nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from nemo_gym.observability.capture import (
+    CAPTURE_KEY,
+    OBSERVATIONS_KEY,
+    PAYLOAD_FIELDS,
+    CaptureStore,
+    ModelCallRecord,
+    aggregate_model_call_records,
+    read_available_model_call_records,
+)
+from nemo_gym.observability.correlation import rollout_id_from_run_body
+from nemo_gym.observability.records import (
+    AgentInvocation,
+    AgentObservationBundle,
+    ObservationGap,
+    ToolCallObservation,
+    TrajectoryModelCall,
+    TrajectoryRecord,
+    TrajectoryResponseMetadata,
+    TrajectoryTokenStats,
+    TrajectoryToolCall,
+)
+from nemo_gym.row_fields import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
+
+logger = logging.getLogger(__name__)
+
+TRAJECTORY_KEY = "ng_trajectory"
+_TASK_ID_FIELDS = ("task_id", "problem_id", "instance_id")
+_METADATA_FIELDS = tuple(TrajectoryResponseMetadata.model_fields)
+
+
+def _store_for(rollout_id: str, capture_dirs: list[Path]) -> CaptureStore | None:
+    for directory in capture_dirs:
+        store = CaptureStore(directory)
+        if store.path_for(rollout_id).exists() or store.is_incomplete(rollout_id):
+            return store
+    return None
+
+
+def clear_model_call_captures(rows: list[dict[str, Any]], capture_dirs: list[Path]) -> None:
+    """Remove what an earlier run captured under these rows' rollout ids, before they are run again."""
+    for directory in capture_dirs:
+        store = CaptureStore(directory)
+        for row in rows:
+            if rollout_id := rollout_id_from_run_body(row):
+                store.path_for(rollout_id).unlink(missing_ok=True)
+                store.incomplete_path_for(rollout_id).unlink(missing_ok=True)
+
+
+def merge_model_call_capture_into_record(
+    record: dict[str, Any], capture_dirs: list[Path], *, include_payloads: bool = False
+) -> dict[str, Any]:
+    """Add ``ng_model_call_capture = {rollout_id, metrics, calls[, gaps]}`` to a finished rollout, in place.
+
+    The rollout id comes from the record's own indices, so every agent gets the same shape. Payloads (request and
+    response bodies) stay in the store unless ``include_payloads``. What could not be read becomes a gap; the
+    answer and reward are never changed. Without capture directories or a rollout id the record is left as it is.
+    """
+    rollout_id = rollout_id_from_run_body(record) if capture_dirs else None
+    if rollout_id is None:
+        return record
+    gaps: list[ObservationGap] = []
+    calls: list[ModelCallRecord] = []
+    store = _store_for(rollout_id, capture_dirs)
+    if store is None:
+        gaps.append(ObservationGap(code="model_call_capture_no_records"))
+    else:
+        try:
+            calls, damaged = read_available_model_call_records(store, rollout_id)
+        except OSError:
+            logger.warning("could not read the model-call capture of rollout %s", rollout_id, exc_info=True)
+            damaged = 0
+            gaps.append(ObservationGap(code="model_call_capture_unreadable"))
+        if damaged:
+            gaps.append(ObservationGap(code="model_call_capture_records_unreadable", detail=f"count={damaged}"))
+        if store.is_incomplete(rollout_id):
+            gaps.append(ObservationGap(code="model_call_capture_incomplete"))
+        elif not calls and not damaged and not gaps:
+            gaps.append(ObservationGap(code="model_call_capture_no_records"))
+    if record.get(OBSERVATIONS_KEY) is not None:
+        try:
+            bundle = AgentObservationBundle.model_validate(record[OBSERVATIONS_KEY])
+            record[OBSERVATIONS_KEY] = bundle.model_dump(mode="json")
+        except ValueError:
+            gaps.append(ObservationGap(code="agent_observation_join_failed"))
+    exclude = None if include_payloads else set(PAYLOAD_FIELDS)
+    capture: dict[str, Any] = {
+        "rollout_id": rollout_id,
+        "metrics": aggregate_model_call_records(calls),
+        "calls": [call.model_dump(mode="json", exclude=exclude) for call in calls],
+    }
+    if gaps:
+        capture["gaps"] = [gap.model_dump(mode="json", exclude_none=True) for gap in gaps]
+    record[CAPTURE_KEY] = capture
+    return record
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The trajectory record
+
+
+def trajectory_identity(row: dict[str, Any]) -> tuple[str, str]:
+    """``(task_id, rollout_id)``: the row's own task id field if it has one, else its task index."""
+    task_id = next((str(row[key]) for key in _TASK_ID_FIELDS if row.get(key) is not None), str(row[TASK_INDEX_KEY]))
+    return task_id, rollout_id_from_run_body(row) or f"{row[TASK_INDEX_KEY]}-{row[ROLLOUT_INDEX_KEY]}"
+
+
+def _model_call(raw: dict[str, Any]) -> TrajectoryModelCall:
+    metadata = {key: raw[key] for key in _METADATA_FIELDS if raw.get(key) is not None}
+    response = raw.get("response")
+    if isinstance(response, dict) and isinstance(response.get("status"), str):
+        metadata.setdefault("response_status", response["status"])
+    return TrajectoryModelCall(
+        model_call_id=raw.get("model_call_id"),
+        started_at=raw.get("started_at"),
+        completed_at=raw.get("completed_at"),
+        duration_ms=raw.get("latency_total_ms"),
+        request=raw["request"] if raw.get("request") is not None else raw.get("request_raw"),
+        response=response if response is not None else raw.get("response_raw"),
+        response_metadata=TrajectoryResponseMetadata.model_validate(metadata),
+        token_stats=TrajectoryTokenStats(
+            prompt_tokens=_count(raw.get("tokens_in")),
+            completion_tokens=_count(raw.get("tokens_out")),
+            reasoning_tokens=_count(raw.get("tokens_reasoning")),
+            total_tokens=_count(raw.get("tokens_total")),
+            cached_tokens=_count(raw.get("cached_tokens")),
+        ),
+    )
+
+
+def _count(value: Any) -> int | None:
+    return value if type(value) is int and value >= 0 else None
+
+
+def _merge_tool_calls(
+    tools: list[TrajectoryToolCall], observed: list[ToolCallObservation], invocations: list[AgentInvocation]
+) -> list[TrajectoryToolCall]:
+    """The producer's tool calls updated with the agent's observations, and each call's output from the conversation.
+
+    An observation with status ``unknown`` does not overwrite a status the producer knew.
+    """
+    outputs = {
+        (invocation.invocation_id, item.call_id): item.output
+        for invocation in invocations
+        for item in invocation.conversation
+        if getattr(item, "type", None) == "function_call_output"
+    }
+    merged = {(tool.invocation_id, tool.tool_call_id): tool.model_dump(mode="json") for tool in tools}
+    for observation in observed:
+        key = (observation.invocation_id, observation.tool_call_id)
+        update = observation.model_dump(mode="json", exclude_none=True)
+        if key in merged and observation.status == "unknown" and merged[key]["status"] != "unknown":
+            update.pop("status")
+        merged.setdefault(key, {}).update(update)
+        if key in outputs:
+            merged[key]["output"] = outputs[key]
+    return [TrajectoryToolCall.model_validate(tool) for tool in merged.values()]
+
+
+def build_trajectory_record(row: dict[str, Any], result: dict[str, Any]) -> TrajectoryRecord:
+    """One rollout's evidence as a :class:`TrajectoryRecord`; everything missing or malformed becomes a gap."""
+    task_id, rollout_id = trajectory_identity(row)
+    gaps: list[ObservationGap] = []
+    produced = TrajectoryRecord(task_id=task_id, rollout_id=rollout_id)
+    if isinstance(result.get(TRAJECTORY_KEY), dict):
+        try:
+            produced = TrajectoryRecord.model_validate(result[TRAJECTORY_KEY])
+        except ValidationError as error:
+            gaps.append(ObservationGap(code="producer_trajectory_invalid", detail=type(error).__name__))
+        mismatched = [
+            name
+            for name, value in (("task_id", task_id), ("rollout_id", rollout_id))
+            if getattr(produced, name) != value
+        ]
+        if mismatched:
+            gaps.append(ObservationGap(code="producer_trajectory_identity_mismatch", detail=",".join(mismatched)))
+    turns = [turn.model_copy(update={"task_id": task_id, "rollout_id": rollout_id}) for turn in produced.turns]
+    gaps += produced.gaps
+    invocations, tools, model_calls = list(produced.invocations), list(produced.tool_calls), list(produced.model_calls)
+
+    if result.get(OBSERVATIONS_KEY) is not None:
+        try:
+            bundle = AgentObservationBundle.model_validate(result[OBSERVATIONS_KEY])
+        except ValidationError as error:
+            gaps.append(ObservationGap(code="agent_observations_invalid", detail=type(error).__name__))
+        else:
+            gaps += bundle.gaps
+            known = {invocation.invocation_id for invocation in invocations}
+            invocations += [
+                r for r in bundle.records if isinstance(r, AgentInvocation) and r.invocation_id not in known
+            ]
+            observed = [record for record in bundle.records if isinstance(record, ToolCallObservation)]
+            if observed:
+                tools = _merge_tool_calls(tools, observed, invocations)
+
+    capture = result.get(CAPTURE_KEY) if isinstance(result.get(CAPTURE_KEY), dict) else {}
+    positions = {call.model_call_id: i for i, call in enumerate(model_calls) if call.model_call_id is not None}
+    for raw in capture.get("calls") or []:
+        if not isinstance(raw, dict):
+            continue
+        call = _model_call(raw)
+        position = positions.pop(call.model_call_id, None) if call.model_call_id is not None else None
+        if position is None:
+            model_calls.append(call)
+            continue
+        merged = model_calls[position].model_dump(mode="json")
+        update = call.model_dump(mode="json", exclude_none=True)
+        for nested in ("response_metadata", "token_stats"):
+            merged[nested].update(update.pop(nested))
+        model_calls[position] = TrajectoryModelCall.model_validate(merged | update)
+    for raw_gap in capture.get("gaps") or []:
+        try:
+            gaps.append(ObservationGap.model_validate(raw_gap))
+        except ValidationError:
+            gaps.append(ObservationGap(code="model_call_capture_gap_invalid"))
+
+    for missing, code in ((model_calls, "model_calls_unavailable"), (turns, "turns_unavailable")):
+        if not missing:
+            gaps.append(ObservationGap(code=code))
+    if not any(invocation.conversation for invocation in invocations):
+        gaps.append(ObservationGap(code="conversation_unavailable"))
+    turns.sort(key=lambda turn: (turn.timestamp, turn.invocation_id, turn.turn_no))
+    return TrajectoryRecord(
+        task_id=task_id,
+        rollout_id=rollout_id,
+        invocations=invocations,
+        turns=turns,
+        model_calls=model_calls,
+        tool_calls=tools,
+        gaps=list({(gap.code, gap.invocation_id, gap.detail): gap for gap in gaps}.values()),
+    )
+
+
+def attach_trajectory_record(row: dict[str, Any], result: dict[str, Any]) -> None:
+    """Set ``result["ng_trajectory"]`` in place; then drop the capture's payload copies, which it now holds.
+
+    If the projection fails, the raw capture stays as it was and the failure is recorded as a
+    ``trajectory_projection_failed`` gap (on the capture, the observations, or a bare trajectory).
+    """
+    try:
+        result[TRAJECTORY_KEY] = build_trajectory_record(row, result).model_dump(mode="json")
+    except (ValidationError, ValueError, KeyError, TypeError, AttributeError) as error:
+        logger.warning("could not build the trajectory record of a rollout", exc_info=True)
+        result.pop(TRAJECTORY_KEY, None)
+        gap = ObservationGap(code="trajectory_projection_failed", detail=type(error).__name__)
+        for key in (CAPTURE_KEY, OBSERVATIONS_KEY):
+            target = result.get(key)
+            if isinstance(target, dict) and isinstance(target.setdefault("gaps", []), list):
+                target["gaps"].append(gap.model_dump(mode="json", exclude_none=True))
+                return
+        try:
+            task_id, rollout_id = trajectory_identity(row)
+        except KeyError:
+            return
+        result[TRAJECTORY_KEY] = TrajectoryRecord(task_id=task_id, rollout_id=rollout_id, gaps=[gap]).model_dump(
+            mode="json"
+        )
+        return
+    capture = result.get(CAPTURE_KEY)
+    for call in capture.get("calls") or [] if isinstance(capture, dict) else []:
+        if isinstance(call, dict):
+            for key in PAYLOAD_FIELDS:
+                call.pop(key, None)

@@ -1,0 +1,35 @@
+"""The reserved ``_ng_*`` fields of a rollout row, defined once for every layer that reads or writes them.
+
+The collector stamps the indices, agents and resources servers set the routing fields, and the model-call capture
+keys its files by the rollout id. They live this low so that the server kit (``judge_failsafe``, the agents' capture
+correlation) and the collector agree on one spelling without the server kit importing the collector.
+"""
+
+from __future__ import annotations
+
+from nemo_gym.metrics import ROLLOUT_INDEX_KEY_NAME as ROLLOUT_INDEX_KEY
+from nemo_gym.metrics import TASK_INDEX_KEY_NAME as TASK_INDEX_KEY
+
+__all__ = [
+    "ATTEMPT_INDEX_KEY",
+    "FAILURE_CLASS_KEY",
+    "FAILURE_MESSAGE_KEY",
+    "FAILURE_TERMINAL_KEY",
+    "NO_PERSIST_KEY",
+    "ROLLOUT_ID_KEY",
+    "ROLLOUT_INDEX_KEY",
+    "TASK_INDEX_KEY",
+]
+
+ATTEMPT_INDEX_KEY = "_ng_attempt_index"
+"""How many failed attempts came before this one (absent on the first)."""
+ROLLOUT_ID_KEY = "_ng_rollout_id"
+"""An explicit rollout id; without it the id is ``<task>-<rollout>`` (``-a<attempt>`` on a retry)."""
+FAILURE_CLASS_KEY = "_ng_failure_class"
+"""Set on a result that is a failure: it goes to ``<stem>_failures.jsonl``, never to the rollouts."""
+FAILURE_MESSAGE_KEY = "_ng_failure_message"
+FAILURE_TERMINAL_KEY = "_ng_failure_terminal"
+"""A failure that retrying cannot fix: resume does not run the rollout again, whatever the attempt count."""
+NO_PERSIST_KEY = "_ng_no_persist"
+"""A result written nowhere (an infrastructure failure such as a killed sandbox): resume runs it again, and the
+attempt does not count against the cap."""
