@@ -1,0 +1,124 @@
+"""NeMo Gym's server base-class behaviours: ReverifyMode as a str enum, /verify behind judge_failsafe, the
+compute_metrics / get_key_metrics hooks of /aggregate_metrics, skills staging and MCP exposure when not enabled."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+from unittest.mock import MagicMock
+
+import pytest
+from fastapi.testclient import TestClient
+
+from nemo_gym.base_resources_server import (
+    NEMO_GYM_MCP_METADATA_KEY,
+    BaseResourcesServerConfig,
+    BaseVerifyRequest,
+    BaseVerifyResponse,
+    ReverifyMode,
+    SimpleResourcesServer,
+)
+from nemo_gym.errors import ConfigError
+from nemo_gym.judge import JudgeError
+from nemo_gym.mcp_auto_exposure import maybe_auto_expose
+from nemo_gym.metrics import aggregate_verify_responses
+from nemo_gym.server_utils import ServerClient
+from nemo_gym.skills import SkillsError, load_skill_directory, stage_skills
+
+_SERVER = {"host": "127.0.0.1", "port": 1, "entrypoint": "app.py", "name": "env"}
+_ROW = {"responses_create_params": {"input": "q"}, "response": {"id": "r", "output": [], "created_at": 0, "model": "m",
+        "object": "response", "parallel_tool_calls": True, "tool_choice": "auto", "tools": []}}  # fmt: skip
+
+
+class _Config(BaseResourcesServerConfig):
+    REVERIFY_MODE: ClassVar[ReverifyMode | str] = "stateless"  # a plain string, as older servers write it
+
+
+class _Server(SimpleResourcesServer):
+    config: _Config
+
+    async def verify(self, body: BaseVerifyRequest) -> BaseVerifyResponse:
+        if body.responses_create_params.input == "judge down":
+            raise JudgeError("judge unreachable", server="judge", url_path="/v1/responses", status=503)
+        return BaseVerifyResponse(**body.model_dump(), reward=1.0)
+
+
+class _Hooked(_Server):
+    def compute_metrics(self, tasks: list[list[dict[str, Any]]]) -> dict[str, Any]:
+        per_task = [{"_ng_task_index": rows[0]["_ng_task_index"], "n": len(rows)} for rows in tasks]
+        return {"num_task_groups": len(tasks), "per_task_metrics": per_task}
+
+    def get_key_metrics(self, agent_metrics: dict[str, Any]) -> dict[str, Any]:
+        return {"num_task_groups": agent_metrics["num_task_groups"]}
+
+
+def _client(server_class: type[_Server] = _Server) -> TestClient:
+    server = server_class(config=_Config(**_SERVER), server_client=MagicMock(spec=ServerClient))
+    return TestClient(server.setup_webserver())
+
+
+def test_reverify_mode_is_a_str_enum_and_plain_strings_still_work() -> None:
+    assert ReverifyMode.STATELESS == "stateless" and isinstance(ReverifyMode.UNKNOWN, str)
+    assert ReverifyMode("unsupported") is ReverifyMode.UNSUPPORTED
+    assert BaseResourcesServerConfig.REVERIFY_MODE is ReverifyMode.UNKNOWN
+    assert _client().get("/reverify_mode").json() == "stateless"
+    assert NEMO_GYM_MCP_METADATA_KEY == "mcp"
+
+
+def test_a_judge_that_cannot_be_asked_makes_a_failure_row_not_an_error() -> None:
+    client = _client()
+    assert client.post("/verify", json=_ROW).json()["reward"] == 1.0
+    answer = client.post("/verify", json={**_ROW, "responses_create_params": {"input": "judge down"}})
+    assert answer.status_code == 200
+    body = answer.json()
+    assert (body["reward"], body["_ng_failure_class"]) == (0.0, "judge_failed")
+    assert "judge unreachable" in body["_ng_failure_message"]
+
+
+def test_aggregate_metrics_uses_the_server_hooks() -> None:
+    rows = [{"_ng_task_index": t, "_ng_rollout_index": r, "reward": float(r)} for t in (0, 1) for r in (0, 1, 2)]
+    default = _client().post("/aggregate_metrics", json={"verify_responses": rows}).json()
+    assert default == aggregate_verify_responses(rows).model_dump()  # no hooks: the same answer as before
+
+    hooked = _client(_Hooked).post("/aggregate_metrics", json={"verify_responses": rows}).json()
+    assert hooked["key_metrics"] == {"num_task_groups": 2}
+    assert hooked["agent_metrics"]["num_task_groups"] == 2 and "mean/reward" in hooked["agent_metrics"]
+    assert [group["n"] for group in hooked["group_level_metrics"]] == [3, 3]
+
+
+def _skill(root: Path, name: str, frontmatter: str) -> None:
+    (root / name).mkdir(parents=True)
+    (root / name / "SKILL.md").write_text(frontmatter)
+
+
+def test_skills_are_read_hashed_and_staged(tmp_path: Path) -> None:
+    source = tmp_path / "skills"
+    _skill(source, "calc", "---\nname: calc\ndescription: adds\nmetadata:\n  version: 2\n---\nbody\n")
+    ref = load_skill_directory(str(source))
+    assert [(s.name, s.description, s.version) for s in ref.skills] == [("calc", "adds", "2")]
+    (source / "calc" / "SKILL.md").write_text("---\nname: calc\n---\nchanged\n")
+    assert load_skill_directory(str(source)).hash != ref.hash  # an in-place edit is a different variant
+
+    stage_skills(str(source), tmp_path / "home" / "skills")
+    assert (tmp_path / "home" / "skills" / "calc" / "SKILL.md").read_text().endswith("changed\n")
+
+
+def test_unusable_skills_are_one_line_errors(tmp_path: Path) -> None:
+    with pytest.raises(SkillsError, match="does not exist"):
+        load_skill_directory(str(tmp_path / "missing"))
+    with pytest.raises(ValueError, match="not a directory"):  # NeMo Gym's callers catch ValueError
+        stage_skills(str(tmp_path / "missing"), tmp_path / "dest")
+    _skill(tmp_path / "bad", "x", "no frontmatter")
+    with pytest.raises(SkillsError, match="frontmatter"):
+        load_skill_directory(str(tmp_path / "bad"))
+    assert issubclass(SkillsError, ConfigError)
+
+
+def test_mcp_exposure_is_off_unless_asked_and_refused_when_asked() -> None:
+    server = MagicMock()
+    server.config.expose_tools_over_mcp = False
+    assert maybe_auto_expose(server, MagicMock()) is None
+    server.config.expose_tools_over_mcp = True
+    server.config.name = "weather"
+    with pytest.raises(ConfigError, match="weather: expose_tools_over_mcp"):
+        maybe_auto_expose(server, MagicMock())
