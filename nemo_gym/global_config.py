@@ -23,10 +23,16 @@ from nemo_gym.config.compose import (
     ComposeOptions,
     compose,
 )
+from nemo_gym.config.datasets import AGENT_REF_KEY as AGENT_REF_KEY_NAME
+from nemo_gym.config.ports import DEFAULT_PORT_RANGE as _DEFAULT_PORT_RANGE
+from nemo_gym.config.ports import probe_free_port as _probe_free_port
 from nemo_gym.config.secrets import mask_secrets
 from nemo_gym.config.server_models import ServerInstanceConfig
 from nemo_gym.config.servers import find_server_instances
 from nemo_gym.errors import ConfigError
+from nemo_gym.metrics import ROLLOUT_INDEX_KEY_NAME, TASK_INDEX_KEY_NAME
+from nemo_gym.row_fields import ATTEMPT_INDEX_KEY as ATTEMPT_INDEX_KEY_NAME
+from nemo_gym.row_fields import ROLLOUT_ID_KEY as ROLLOUT_ID_KEY_NAME
 
 NEMO_GYM_CONFIG_FILE_ENV_VAR_NAME = "NEMO_GYM_CONFIG_FILE"
 """Path of the resolved config YAML written by the launcher for its children."""
@@ -35,9 +41,102 @@ NEMO_GYM_CONFIG_DICT_ENV_VAR_NAME = "NEMO_GYM_CONFIG_DICT"
 NEMO_GYM_CONFIG_PATH_ENV_VAR_NAME = "NEMO_GYM_CONFIG_PATH"
 """The instance name of the server running in this process."""
 
+# NeMo Gym's names for the framework's top-level config keys (the settings that are never server instances).
+CONFIG_PATHS_KEY_NAME = "config_paths"
+ENTRYPOINT_KEY_NAME = "entrypoint"
+DEFAULT_HOST_KEY_NAME = "default_host"
+HEAD_SERVER_KEY_NAME = "head_server"
+DISALLOWED_PORTS_KEY_NAME = "disallowed_ports"
+"""Ports the composed config's servers use (the head server's included): a process picking a port of its own
+(:func:`find_open_port`) must avoid them."""
+HEAD_SERVER_DEPS_KEY_NAME = "head_server_deps"
+PYTHON_VERSION_KEY_NAME = "python_version"
+PIP_INSTALL_VERBOSE_KEY_NAME = "pip_install_verbose"
+UV_PIP_SET_PYTHON_KEY_NAME = "uv_pip_set_python"
+SKIP_VENV_IF_PRESENT_KEY_NAME = "skip_venv_if_present"
+HF_TOKEN_KEY_NAME = "hf_token"
+RAY_HEAD_NODE_ADDRESS_KEY_NAME = "ray_head_node_address"
+PORT_RANGE_LOW_KEY_NAME = "port_range_low"
+PORT_RANGE_HIGH_KEY_NAME = "port_range_high"
+DRY_RUN_KEY_NAME = "dry_run"
+MODEL_ENDPOINT_READINESS_TIMEOUT_KEY_NAME = "model_endpoint_readiness_timeout_seconds"
+ALLOW_OPENAI_VERSION_SKEW_KEY_NAME = "allow_openai_version_skew"
+UV_CACHE_DIR_KEY_NAME = "uv_cache_dir"
+UV_VENV_DIR_KEY_NAME = "uv_venv_dir"
+RESULTS_DIR_KEY_NAME = "results_dir"
+"""Run outputs (logs, run configs); an absolute path once composed, ``nemo_gym.RESULTS_DIR`` by default."""
+CACHE_DIR_KEY_NAME = "cache_dir"
+"""Cached venvs and downloads; an absolute path once composed, ``nemo_gym.CACHE_DIR`` by default."""
+INHERIT_FROM_KEY_NAME = "_inherit_from"
+COPY_KEY_NAME = "_copy"
+DELETE_KEY_KEY_NAME = "_delete_key"
+NEMO_GYM_LOG_DIR_KEY_NAME = "nemo_gym_log_dir"
+VERBOSE_KEY_NAME = "verbose"
+JSON_OUTPUT_KEY_NAME = "json"
+QUERY_KEY_NAME = "query"
+OBSERVABILITY_ENABLED_KEY_NAME = "observability_enabled"
+MODEL_CALL_CAPTURE_DIR_KEY_NAME = "model_call_capture_dir"
+COMPONENT_NAME_KEY_NAME = "component_name"
+SKIP_VERIFICATION_KEY_NAME = "skip_verification"
+SKIP_VERIFICATION_REWARD_KEY_NAME = "skip_verification_reward"
+POLICY_BASE_URL_KEY_NAME = "policy_base_url"
+POLICY_API_KEY_KEY_NAME = "policy_api_key"
+POLICY_MODEL_NAME_KEY_NAME = "policy_model_name"
+POLICY_MODEL_KEY_NAME = "policy_model"
+
+# Keys of a dataset row (the ``_ng_*`` ones are stamped by the collector; see ``nemo_gym.row_fields``).
+RESPONSES_CREATE_PARAMS_KEY_NAME = "responses_create_params"
+RESPONSE_KEY_NAME = "response"
+SKILLS_REF_KEY_NAME = "skills_ref"
+
 _GLOBAL_CONFIG_DICT: DictConfig | None = None
 
 __all__ = [
+    "AGENT_REF_KEY_NAME",
+    "ALLOW_OPENAI_VERSION_SKEW_KEY_NAME",
+    "ATTEMPT_INDEX_KEY_NAME",
+    "CACHE_DIR_KEY_NAME",
+    "COMPONENT_NAME_KEY_NAME",
+    "CONFIG_PATHS_KEY_NAME",
+    "COPY_KEY_NAME",
+    "DEFAULT_HOST_KEY_NAME",
+    "DELETE_KEY_KEY_NAME",
+    "DISALLOWED_PORTS_KEY_NAME",
+    "DRY_RUN_KEY_NAME",
+    "ENTRYPOINT_KEY_NAME",
+    "HEAD_SERVER_DEPS_KEY_NAME",
+    "HEAD_SERVER_KEY_NAME",
+    "HF_TOKEN_KEY_NAME",
+    "INHERIT_FROM_KEY_NAME",
+    "JSON_OUTPUT_KEY_NAME",
+    "MODEL_CALL_CAPTURE_DIR_KEY_NAME",
+    "MODEL_ENDPOINT_READINESS_TIMEOUT_KEY_NAME",
+    "NEMO_GYM_LOG_DIR_KEY_NAME",
+    "OBSERVABILITY_ENABLED_KEY_NAME",
+    "PIP_INSTALL_VERBOSE_KEY_NAME",
+    "POLICY_API_KEY_KEY_NAME",
+    "POLICY_BASE_URL_KEY_NAME",
+    "POLICY_MODEL_KEY_NAME",
+    "POLICY_MODEL_NAME_KEY_NAME",
+    "PORT_RANGE_HIGH_KEY_NAME",
+    "PORT_RANGE_LOW_KEY_NAME",
+    "PYTHON_VERSION_KEY_NAME",
+    "QUERY_KEY_NAME",
+    "RAY_HEAD_NODE_ADDRESS_KEY_NAME",
+    "RESPONSES_CREATE_PARAMS_KEY_NAME",
+    "RESPONSE_KEY_NAME",
+    "RESULTS_DIR_KEY_NAME",
+    "ROLLOUT_ID_KEY_NAME",
+    "ROLLOUT_INDEX_KEY_NAME",
+    "SKILLS_REF_KEY_NAME",
+    "SKIP_VENV_IF_PRESENT_KEY_NAME",
+    "SKIP_VERIFICATION_KEY_NAME",
+    "SKIP_VERIFICATION_REWARD_KEY_NAME",
+    "TASK_INDEX_KEY_NAME",
+    "UV_CACHE_DIR_KEY_NAME",
+    "UV_PIP_SET_PYTHON_KEY_NAME",
+    "UV_VENV_DIR_KEY_NAME",
+    "VERBOSE_KEY_NAME",
     "DEFAULT_HEAD_SERVER_PORT",
     "DEFAULT_HOST",
     "DUMMY_MODEL_CONFIG",
@@ -48,8 +147,11 @@ __all__ = [
     "ConfigError",
     "ServerInstanceConfig",
     "compose",
+    "find_open_port",
     "find_server_instances",
+    "get_first_server_config_dict",
     "get_global_config_dict",
+    "get_hf_token",
     "get_server_instance_config",
     "get_server_instance_configs",
     "mask_secrets",
@@ -147,3 +249,30 @@ def get_server_instance_config(name: str, config: DictConfig | None = None) -> S
 def masked_config_yaml(config: DictConfig) -> str:
     """The config as YAML with every secret-like value replaced by ``****``."""
     return OmegaConf.to_yaml(OmegaConf.create(mask_secrets(OmegaConf.to_container(config, resolve=True))))
+
+
+def get_first_server_config_dict(global_config_dict: DictConfig, top_level_path: str) -> DictConfig:
+    """The settings block of instance ``top_level_path``: ``config[name][<server type>][<implementation>]``."""
+    block = global_config_dict.get(top_level_path)
+    inner = next(iter(block.values()), None) if isinstance(block, DictConfig) else None
+    settings = next(iter(inner.values()), None) if isinstance(inner, DictConfig) else None
+    if not isinstance(settings, DictConfig):
+        raise ConfigError(
+            f"no server instance named {top_level_path!r} in the config (expected "
+            f"{top_level_path}.<server type>.<implementation>.<settings>)"
+        )
+    return settings
+
+
+def find_open_port(disallowed_ports: list[int] | None = None, max_retries: int = 50) -> int:
+    """A free port in the config's ``port_range_low``..``port_range_high``, for a process a server starts itself
+    (e.g. a model engine). Pass the config's ``disallowed_ports`` so it never takes a port a server was given."""
+    config = get_global_config_dict()
+    low, high = _DEFAULT_PORT_RANGE
+    port_range = (int(config.get(PORT_RANGE_LOW_KEY_NAME, low)), int(config.get(PORT_RANGE_HIGH_KEY_NAME, high)))
+    return _probe_free_port(port_range, set(disallowed_ports or ()), max_retries)
+
+
+def get_hf_token() -> str | None:
+    """The config's ``hf_token`` (Hugging Face access token), or None."""
+    return get_global_config_dict().get(HF_TOKEN_KEY_NAME)

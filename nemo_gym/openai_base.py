@@ -10,6 +10,11 @@ from pydantic import BaseModel, ConfigDict, model_validator
 
 TOKEN_ID_FIELDS: tuple[str, str, str] = ("prompt_token_ids", "generation_token_ids", "generation_log_probs")
 """Fields a training item carries; all three or none."""
+REQUIRED_TOKEN_METADATA_FIELDS: frozenset[str] = frozenset(TOKEN_ID_FIELDS)
+"""NeMo Gym's name for the token fields a training item must carry together."""
+TOKEN_METADATA_FIELDS: frozenset[str] = REQUIRED_TOKEN_METADATA_FIELDS | {"routed_experts"}
+"""Every token-level field NeMo Gym knows of: the required three, and a mixture-of-experts engine's optional
+``routed_experts`` (not modelled here)."""
 
 ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
 
@@ -57,7 +62,12 @@ def has_token_id_information(value: Any) -> bool:
 
 def _drop_unknown_null_fields(model: type[BaseModel], data: Any) -> Any:
     """Remove keys the model does not declare whose value is null: they carry no information, and newer `openai`
-    SDKs dump every optional field they know as null, so keeping them would break strict models and bloat dumps."""
+    SDKs dump every optional field they know as null, so keeping them would break strict models and bloat dumps.
+
+    A model of another class (an `openai` SDK object such as `FunctionTool`, or one of ours of a sibling class) is
+    read as its dump first, so request models accept the SDK's own objects as well as plain dicts."""
+    if isinstance(data, BaseModel) and not isinstance(data, model):
+        data = data.model_dump(exclude_unset=True)
     if not isinstance(data, dict) or None not in data.values():  # the common case, decided in C
         return data
     fields = model.__pydantic_fields__

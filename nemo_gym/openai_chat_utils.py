@@ -223,6 +223,10 @@ class NeMoGymChatCompletionMessageToolCallFunction(NeMoGymLenientModel):
     arguments: str
 
 
+NeMoGymFunction = NeMoGymChatCompletionMessageToolCallFunction
+"""NeMo Gym's name for the function of a Chat Completions tool call (``name``, ``arguments``)."""
+
+
 class NeMoGymChatCompletionMessageToolCall(NeMoGymLenientModel):
     id: str
     type: Literal["function"] = "function"
@@ -343,6 +347,7 @@ __all__ = [
     "NeMoGymChoiceLogprobs",
     "NeMoGymCompletionTokensDetails",
     "NeMoGymCompletionUsage",
+    "NeMoGymFunction",
     "NeMoGymFunctionDefinition",
     "NeMoGymImageURL",
     "NeMoGymInputAudio",

@@ -1,35 +1,16 @@
-"""Strict pydantic models of the OpenAI Responses API wire format (the Chat Completions side lives in
-`nemo_gym.openai_chat_utils` and is re-exported here).
+"""NeMo Gym's `openai_utils`: the OpenAI wire models and the OpenAI-compatible client, under one import path.
 
-Why our own copies: the SDK's request types are TypedDicts (nothing is validated) and its response models accept any
-extra key, so a typo in a task file would silently change a rollout. Servers validate against these models instead,
-and training runs use the `*ForTraining` item variants to carry token ids and log-probs through every hop. Every model
-dumps to JSON that the official `openai` types accept, and accepts what those types dump.
-
-How unions pick a class: items are routed by their `type` (a missing `type` means a message). An item that carries
-any token field (`prompt_token_ids`, `generation_token_ids`, `generation_log_probs`) is routed to its `ForTraining`
-variant, which then insists on all three. Message-shaped items try easy message -> input message -> output message,
-left to right; each forbids unknown keys, so the first class that fits is the right one. Item types we do not model
-(hosted tools such as `mcp_call`, `web_search_call`, ...) fall through to the SDK's own models so they stay valid.
-The SDK is imported the first time such an item arrives, not before: `import openai` loads its HTTP clients too,
-~20 MB in every server process that never sees a hosted-tool item.
+The Responses models are defined in `nemo_gym.openai_responses`, the Chat Completions ones in
+`nemo_gym.openai_chat_utils` (shared bases in `nemo_gym.openai_base`), and `NeMoGymAsyncOpenAI` in
+`nemo_gym.transport.openai_client`. Neither the `openai` SDK nor an HTTP client is imported here: the SDK loads only when
+a hosted-tool item arrives, and aiohttp on a client's first call.
 """
 
-import functools
-from typing import Annotated, Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, PlainValidator, Tag, TypeAdapter, field_validator
-
-from nemo_gym.openai_base import (
+from nemo_gym.openai_responses import (
+    REQUIRED_TOKEN_METADATA_FIELDS,
     TOKEN_ID_FIELDS,
-    NeMoGymLenientModel,
-    NeMoGymStrictModel,
-    ReasoningEffort,
-    TokenIDLogProbMixin,
-    get_field,
-    has_token_id_information,
-)
-from nemo_gym.openai_chat_utils import (
+    TOKEN_METADATA_FIELDS,
+    ItemStatus,
     NeMoGymChatCompletion,
     NeMoGymChatCompletionAssistantContentPart,
     NeMoGymChatCompletionAssistantMessageForTrainingParam,
@@ -61,400 +42,70 @@ from nemo_gym.openai_chat_utils import (
     NeMoGymChoiceLogprobs,
     NeMoGymCompletionTokensDetails,
     NeMoGymCompletionUsage,
+    NeMoGymEasyInputContent,
+    NeMoGymEasyInputMessage,
+    NeMoGymFunction,
+    NeMoGymFunctionCallOutput,
+    NeMoGymFunctionCallOutputContent,
     NeMoGymFunctionDefinition,
+    NeMoGymFunctionTool,
+    NeMoGymFunctionToolParam,
     NeMoGymImageURL,
+    NeMoGymIncompleteDetails,
     NeMoGymInputAudio,
+    NeMoGymLenientModel,
+    NeMoGymLogprob,
+    NeMoGymMessage,
     NeMoGymPromptTokensDetails,
+    NeMoGymReasoning,
+    NeMoGymReasoningContent,
+    NeMoGymResponse,
+    NeMoGymResponseCreateParamsNonStreaming,
+    NeMoGymResponseError,
+    NeMoGymResponseFunctionToolCall,
+    NeMoGymResponseFunctionToolCallForTraining,
+    NeMoGymResponseInput,
+    NeMoGymResponseInputContent,
+    NeMoGymResponseInputImage,
+    NeMoGymResponseInputItem,
+    NeMoGymResponseInputText,
+    NeMoGymResponseInputTokensDetails,
+    NeMoGymResponseInputVideo,
+    NeMoGymResponseOutputContent,
+    NeMoGymResponseOutputItem,
+    NeMoGymResponseOutputMessage,
+    NeMoGymResponseOutputMessageForTraining,
+    NeMoGymResponseOutputRefusal,
+    NeMoGymResponseOutputText,
+    NeMoGymResponseOutputTokensDetails,
+    NeMoGymResponsePrompt,
+    NeMoGymResponseReasoningItem,
+    NeMoGymResponseReasoningItemForTraining,
+    NeMoGymResponseTextConfig,
+    NeMoGymResponseUsage,
+    NeMoGymStrictModel,
+    NeMoGymSummary,
+    NeMoGymToolChoice,
+    NeMoGymToolChoiceFunction,
+    NeMoGymTopLogprob,
     NeMoGymVideoURL,
+    ReasoningEffort,
+    TokenIDLogProbMixin,
+    accumulate_response_usage,
+    get_field,
+    has_token_id_information,
 )
-
-ItemStatus = Literal["in_progress", "completed", "incomplete"]
-
-
-# ----------------------------------------------------------------------------------------------------------------------
-# Content parts
-# ----------------------------------------------------------------------------------------------------------------------
-
-
-class NeMoGymResponseInputText(NeMoGymStrictModel):
-    type: Literal["input_text"] = "input_text"
-    text: str
-
-
-class NeMoGymResponseInputImage(NeMoGymStrictModel):
-    type: Literal["input_image"] = "input_image"
-    image_url: str | None = None
-    file_id: str | None = None
-    detail: Literal["low", "high", "auto", "original"] = "auto"
-
-
-class NeMoGymResponseInputVideo(NeMoGymStrictModel):
-    """Not an OpenAI part: video for vision-language models, forwarded to Chat backends as `video_url`."""
-
-    type: Literal["input_video"] = "input_video"
-    video_url: str
-
-
-class NeMoGymTopLogprob(NeMoGymStrictModel):
-    token: str
-    bytes: list[int] = Field(default_factory=list)
-    logprob: float
-
-
-class NeMoGymLogprob(NeMoGymStrictModel):
-    token: str
-    bytes: list[int] = Field(default_factory=list)
-    logprob: float
-    top_logprobs: list[NeMoGymTopLogprob] = Field(default_factory=list)
-
-
-class NeMoGymResponseOutputText(NeMoGymStrictModel):
-    type: Literal["output_text"] = "output_text"
-    text: str
-    annotations: list[dict[str, Any]] = Field(default_factory=list)
-    logprobs: list[NeMoGymLogprob] | None = None
-
-
-class NeMoGymResponseOutputRefusal(NeMoGymStrictModel):
-    type: Literal["refusal"] = "refusal"
-    refusal: str
-
-
-NeMoGymResponseInputContent = Annotated[
-    NeMoGymResponseInputText | NeMoGymResponseInputImage | NeMoGymResponseInputVideo, Field(discriminator="type")
-]
-NeMoGymEasyInputContent = Annotated[
-    NeMoGymResponseInputText | NeMoGymResponseInputImage | NeMoGymResponseInputVideo | NeMoGymResponseOutputText,
-    Field(discriminator="type"),
-]
-NeMoGymResponseOutputContent = Annotated[
-    NeMoGymResponseOutputText | NeMoGymResponseOutputRefusal, Field(discriminator="type")
-]
-NeMoGymFunctionCallOutputContent = Annotated[
-    NeMoGymResponseInputText | NeMoGymResponseInputImage, Field(discriminator="type")
-]
-
-
-# ----------------------------------------------------------------------------------------------------------------------
-# Items
-# ----------------------------------------------------------------------------------------------------------------------
-
-
-class NeMoGymEasyInputMessage(NeMoGymStrictModel):
-    """The shorthand message most datasets use: a role plus a string or a list of parts."""
-
-    role: Literal["user", "assistant", "system", "developer"]
-    content: str | list[NeMoGymEasyInputContent]
-    type: Literal["message"] = "message"
-    phase: Literal["commentary", "final_answer"] | None = None
-
-
-class NeMoGymMessage(NeMoGymStrictModel):
-    """A non-assistant input message in its full form (parts list, optional status)."""
-
-    role: Literal["user", "system", "developer"]
-    content: list[NeMoGymResponseInputContent]
-    type: Literal["message"] = "message"
-    status: ItemStatus | None = None
-
-
-class NeMoGymResponseOutputMessage(NeMoGymStrictModel):
-    """An assistant message as a model server emits it."""
-
-    id: str
-    role: Literal["assistant"] = "assistant"
-    content: list[NeMoGymResponseOutputContent]
-    status: ItemStatus = "completed"
-    type: Literal["message"] = "message"
-    phase: Literal["commentary", "final_answer"] | None = None
-
-
-class NeMoGymResponseFunctionToolCall(NeMoGymStrictModel):
-    """A tool call; `arguments` is the raw JSON string the model produced (it may be invalid JSON)."""
-
-    type: Literal["function_call"] = "function_call"
-    call_id: str
-    name: str
-    arguments: str
-    id: str | None = None
-    status: ItemStatus | None = None
-
-
-class NeMoGymFunctionCallOutput(NeMoGymStrictModel):
-    """The result of a tool call, fed back to the model."""
-
-    type: Literal["function_call_output"] = "function_call_output"
-    call_id: str
-    output: str | list[NeMoGymFunctionCallOutputContent]
-    id: str | None = None
-    status: ItemStatus | None = None
-
-
-class NeMoGymSummary(NeMoGymStrictModel):
-    type: Literal["summary_text"] = "summary_text"
-    text: str
-
-
-class NeMoGymReasoningContent(NeMoGymStrictModel):
-    type: Literal["reasoning_text"] = "reasoning_text"
-    text: str
-
-
-class NeMoGymResponseReasoningItem(NeMoGymStrictModel):
-    """Model reasoning; open models put their `<think>` text in `summary` so it can be replayed verbatim."""
-
-    id: str
-    type: Literal["reasoning"] = "reasoning"
-    summary: list[NeMoGymSummary]
-    content: list[NeMoGymReasoningContent] | None = None
-    encrypted_content: str | None = None
-    status: ItemStatus | None = None
-
-
-class NeMoGymResponseOutputMessageForTraining(TokenIDLogProbMixin, NeMoGymResponseOutputMessage):
-    """Assistant message closing a generation, with the tokens behind it."""
-
-
-class NeMoGymResponseFunctionToolCallForTraining(TokenIDLogProbMixin, NeMoGymResponseFunctionToolCall):
-    """Tool call closing a generation, with the tokens behind it."""
-
-
-class NeMoGymResponseReasoningItemForTraining(TokenIDLogProbMixin, NeMoGymResponseReasoningItem):
-    """Reasoning closing a generation (reasoning-only turn), with the tokens behind it."""
-
-
-def _item_tag(value: Any) -> str:
-    """Routing key shared by the input and output unions (see the module docstring)."""
-    item_type = get_field(value, "type")
-    training = has_token_id_information(value)
-    if item_type is None or item_type == "message":
-        return "message_for_training" if training else "message"
-    if item_type in ("function_call", "reasoning"):
-        return f"{item_type}_for_training" if training else item_type
-    if item_type == "function_call_output":
-        return item_type
-    return "other"
-
-
-@functools.cache
-def _sdk_item_adapter(union_name: str) -> TypeAdapter[Any]:
-    import openai.types.responses as sdk_types
-
-    return TypeAdapter(getattr(sdk_types, union_name))
-
-
-def _sdk_input_item(value: Any) -> Any:
-    return _sdk_item_adapter("ResponseInputItem").validate_python(value)
-
-
-def _sdk_output_item(value: Any) -> Any:
-    return _sdk_item_adapter("ResponseOutputItem").validate_python(value)
-
-
-_SDKInputItem = Annotated[Any, PlainValidator(_sdk_input_item, json_schema_input_type=dict[str, Any])]
-"""A hosted-tool input item, validated by the SDK's ``ResponseInputItem`` union (loaded on first use)."""
-_SDKOutputItem = Annotated[Any, PlainValidator(_sdk_output_item, json_schema_input_type=dict[str, Any])]
-"""A hosted-tool output item, validated by the SDK's ``ResponseOutputItem`` union (loaded on first use)."""
-
-_MessageFamily = Annotated[
-    NeMoGymEasyInputMessage | NeMoGymMessage | NeMoGymResponseOutputMessage, Field(union_mode="left_to_right")
-]
-
-NeMoGymResponseInputItem = Annotated[
-    Annotated[_MessageFamily, Tag("message")]
-    | Annotated[NeMoGymResponseOutputMessageForTraining, Tag("message_for_training")]
-    | Annotated[NeMoGymResponseFunctionToolCall, Tag("function_call")]
-    | Annotated[NeMoGymResponseFunctionToolCallForTraining, Tag("function_call_for_training")]
-    | Annotated[NeMoGymFunctionCallOutput, Tag("function_call_output")]
-    | Annotated[NeMoGymResponseReasoningItem, Tag("reasoning")]
-    | Annotated[NeMoGymResponseReasoningItemForTraining, Tag("reasoning_for_training")]
-    | Annotated[_SDKInputItem, Tag("other")],
-    Discriminator(_item_tag),
-]
-"""Any Responses input item; hosted-tool items are validated by the SDK's models."""
-
-NeMoGymResponseOutputItem = Annotated[
-    Annotated[NeMoGymResponseOutputMessage, Tag("message")]
-    | Annotated[NeMoGymResponseOutputMessageForTraining, Tag("message_for_training")]
-    | Annotated[NeMoGymResponseFunctionToolCall, Tag("function_call")]
-    | Annotated[NeMoGymResponseFunctionToolCallForTraining, Tag("function_call_for_training")]
-    | Annotated[NeMoGymFunctionCallOutput, Tag("function_call_output")]
-    | Annotated[NeMoGymResponseReasoningItem, Tag("reasoning")]
-    | Annotated[NeMoGymResponseReasoningItemForTraining, Tag("reasoning_for_training")]
-    | Annotated[_SDKOutputItem, Tag("other")],
-    Discriminator(_item_tag),
-]
-"""Any Responses output item. `function_call_output` is allowed because agents return tool results in `output`."""
-
-NeMoGymResponseInput = str | list[NeMoGymResponseInputItem]
-
-
-# ----------------------------------------------------------------------------------------------------------------------
-# Request parameters
-# ----------------------------------------------------------------------------------------------------------------------
-
-
-class NeMoGymFunctionTool(NeMoGymStrictModel):
-    """A function tool; NeMo Gym environments expose their tools as HTTP endpoints named `name`."""
-
-    type: Literal["function"] = "function"
-    name: str
-    description: str | None = None
-    parameters: dict[str, Any] | None = None
-    strict: bool | None = None
-
-
-class NeMoGymToolChoiceFunction(NeMoGymStrictModel):
-    type: Literal["function"] = "function"
-    name: str
-
-
-NeMoGymToolChoice = Literal["none", "auto", "required"] | NeMoGymToolChoiceFunction
-
-
-class NeMoGymReasoning(NeMoGymStrictModel):
-    effort: ReasoningEffort | None = None
-    summary: Literal["auto", "concise", "detailed"] | None = None
-    generate_summary: Literal["auto", "concise", "detailed"] | None = None
-
-
-class NeMoGymResponseTextConfig(NeMoGymStrictModel):
-    """`format` stays a plain dict: its JSON-schema variant has a `schema` key that a pydantic field cannot name."""
-
-    format: dict[str, Any] | None = None
-    verbosity: Literal["low", "medium", "high"] | None = None
-
-
-class NeMoGymResponsePrompt(NeMoGymStrictModel):
-    id: str
-    variables: dict[str, Any] | None = None
-    version: str | None = None
-
-
-class NeMoGymResponseCreateParamsNonStreaming(BaseModel):
-    """Body of `POST /v1/responses`. Unknown keys are errors (422 at the server), never silently dropped.
-
-    There is no `seed`: per-request sampling extras travel in `metadata` (e.g. `metadata.extra_body`), which model
-    servers read.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    input: NeMoGymResponseInput
-    background: bool | None = None
-    include: list[str] | None = None
-    instructions: str | None = None
-    max_output_tokens: int | None = None
-    max_tool_calls: int | None = None
-    metadata: dict[str, str] | None = None
-    model: str | None = None
-    parallel_tool_calls: bool = True
-    previous_response_id: str | None = None
-    prompt: NeMoGymResponsePrompt | None = None
-    reasoning: NeMoGymReasoning | None = None
-    service_tier: Literal["auto", "default", "flex", "scale", "priority", "fast", "ultrafast"] | None = None
-    store: bool | None = None
-    stream: Literal[False] | None = None
-    temperature: float | None = None
-    text: NeMoGymResponseTextConfig | None = None
-    tool_choice: NeMoGymToolChoice = "auto"
-    tools: list[NeMoGymFunctionTool] = Field(default_factory=list)
-    top_logprobs: int | None = None
-    top_p: float | None = None
-    truncation: Literal["auto", "disabled"] | None = None
-    user: str | None = None
-
-
-# ----------------------------------------------------------------------------------------------------------------------
-# Response
-# ----------------------------------------------------------------------------------------------------------------------
-
-
-class NeMoGymResponseInputTokensDetails(NeMoGymLenientModel):
-    cached_tokens: int = 0
-    cache_write_tokens: int = 0
-
-    @field_validator("cached_tokens", "cache_write_tokens", mode="before")
-    @classmethod
-    def null_means_zero(cls, value: Any) -> Any:
-        """Some providers send null counts; the SDK requires integers, so null means "none counted"."""
-        return 0 if value is None else value
-
-
-class NeMoGymResponseOutputTokensDetails(NeMoGymLenientModel):
-    reasoning_tokens: int = 0
-
-    @field_validator("reasoning_tokens", mode="before")
-    @classmethod
-    def null_means_zero(cls, value: Any) -> Any:
-        """See `NeMoGymResponseInputTokensDetails.null_means_zero`."""
-        return 0 if value is None else value
-
-
-class NeMoGymResponseUsage(NeMoGymLenientModel):
-    input_tokens: int
-    input_tokens_details: NeMoGymResponseInputTokensDetails = Field(default_factory=NeMoGymResponseInputTokensDetails)
-    output_tokens: int
-    output_tokens_details: NeMoGymResponseOutputTokensDetails = Field(
-        default_factory=NeMoGymResponseOutputTokensDetails
-    )
-    total_tokens: int
-
-
-class NeMoGymIncompleteDetails(NeMoGymLenientModel):
-    reason: Literal["max_output_tokens", "max_messages", "content_filter", "steered"] | None = None
-
-
-class NeMoGymResponseError(NeMoGymLenientModel):
-    code: str
-    message: str
-
-
-class NeMoGymResponse(NeMoGymLenientModel):
-    """A Responses API result; agents return one per rollout with the whole trajectory in `output`."""
-
-    id: str
-    created_at: float
-    model: str
-    object: Literal["response"] = "response"
-    output: list[NeMoGymResponseOutputItem]
-    status: Literal["completed", "failed", "in_progress", "cancelled", "queued", "incomplete"] | None = None
-    error: NeMoGymResponseError | None = None
-    incomplete_details: NeMoGymIncompleteDetails | None = None
-    usage: NeMoGymResponseUsage | None = None
-    instructions: str | None = None
-    max_output_tokens: int | None = None
-    max_tool_calls: int | None = None
-    metadata: dict[str, str] | None = None
-    parallel_tool_calls: bool = True
-    previous_response_id: str | None = None
-    prompt: NeMoGymResponsePrompt | None = None
-    reasoning: NeMoGymReasoning | None = None
-    service_tier: str | None = None
-    temperature: float | None = None
-    text: NeMoGymResponseTextConfig | None = None
-    tool_choice: NeMoGymToolChoice = "auto"
-    tools: list[NeMoGymFunctionTool] = Field(default_factory=list)
-    top_logprobs: int | None = None
-    top_p: float | None = None
-    truncation: Literal["auto", "disabled"] | None = None
-    user: str | None = None
-    background: bool | None = None
-
-    @property
-    def output_text(self) -> str:
-        """All `output_text` parts of assistant messages, concatenated (what a verifier usually grades)."""
-        return "".join(
-            part.text
-            for item in self.output
-            if isinstance(item, NeMoGymResponseOutputMessage)
-            for part in item.content
-            if isinstance(part, NeMoGymResponseOutputText)
-        )
-
+from nemo_gym.transport.openai_client import (
+    MAX_SERVER_ERROR_TRIES,
+    RATE_LIMIT_ERROR_CODES,
+    RETRY_ERROR_CODES,
+    NeMoGymAsyncOpenAI,
+)
 
 __all__ = [
     "ItemStatus",
+    "MAX_SERVER_ERROR_TRIES",
+    "NeMoGymAsyncOpenAI",
     "NeMoGymChatCompletion",
     "NeMoGymChatCompletionAssistantContentPart",
     "NeMoGymChatCompletionAssistantMessageForTrainingParam",
@@ -488,10 +139,12 @@ __all__ = [
     "NeMoGymCompletionUsage",
     "NeMoGymEasyInputContent",
     "NeMoGymEasyInputMessage",
+    "NeMoGymFunction",
     "NeMoGymFunctionCallOutput",
     "NeMoGymFunctionCallOutputContent",
     "NeMoGymFunctionDefinition",
     "NeMoGymFunctionTool",
+    "NeMoGymFunctionToolParam",
     "NeMoGymImageURL",
     "NeMoGymIncompleteDetails",
     "NeMoGymInputAudio",
@@ -531,9 +184,14 @@ __all__ = [
     "NeMoGymToolChoiceFunction",
     "NeMoGymTopLogprob",
     "NeMoGymVideoURL",
+    "RATE_LIMIT_ERROR_CODES",
+    "REQUIRED_TOKEN_METADATA_FIELDS",
+    "RETRY_ERROR_CODES",
     "ReasoningEffort",
     "TOKEN_ID_FIELDS",
+    "TOKEN_METADATA_FIELDS",
     "TokenIDLogProbMixin",
+    "accumulate_response_usage",
     "get_field",
     "has_token_id_information",
 ]

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from nemo_gym.openai_utils import (
+from nemo_gym.openai_responses import (
     TOKEN_ID_FIELDS,
     NeMoGymChatCompletion,
     NeMoGymChatCompletionCreateParamsNonStreaming,
@@ -388,6 +388,9 @@ class ResponsesConverter:
 
 VLLMConverter = ResponsesConverter
 """Older name, kept so code written against it keeps working."""
+VLLMConverterResponsesToChatCompletionsState = _AssistantTurn
+"""NeMo Gym's name for the converter's state while it turns Responses items into Chat messages (an assistant turn
+being assembled); importable for compatibility, its fields are this module's own."""
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -461,28 +464,43 @@ def _chat_response_format(text_format: Mapping[str, Any]) -> dict[str, Any] | No
     return None
 
 
-def _first_int(*candidates: Any) -> int:
-    """First integer among provider-specific spellings of the same counter; 0 when none reports it."""
-    return next((value for value in candidates if isinstance(value, int)), 0)
+def _token_count(value: Any) -> int | None:
+    """A provider's token count, or None when it is missing or not a count (a bool, a negative number)."""
+    return value if type(value) is int and value >= 0 else None
+
+
+def _usage_detail(usage: Any, detail_group: str, detail_name: str, *top_level_aliases: str) -> int | None:
+    """One token detail of a Chat usage (dict or model): ``usage.<detail_group>.<detail_name>``, else the first of
+    the top-level names other providers report it under; None when nobody counted it."""
+    found = _token_count(get_field(get_field(usage, detail_group), detail_name))
+    for alias in top_level_aliases:
+        if found is not None:
+            break
+        found = _token_count(get_field(usage, alias))
+    return found
 
 
 def _responses_usage(usage: NeMoGymCompletionUsage | None) -> NeMoGymResponseUsage | None:
     """Chat usage -> Responses usage, looking cached / reasoning counts up under the aliases providers use."""
     if usage is None:
         return None
-    prompt_details = usage.prompt_tokens_details
-    completion_details = usage.completion_tokens_details
-    cached = _first_int(
-        get_field(prompt_details, "cached_tokens"),
-        get_field(usage, "cached_tokens"),
-        get_field(usage, "prompt_cache_hit_tokens"),
+    cached = _usage_detail(
+        usage,
+        "prompt_tokens_details",
+        "cached_tokens",
+        "cached_tokens",
+        "prompt_cache_hit_tokens",
+        "cached_input_tokens",
+        "cache_read_input_tokens",
     )
-    reasoning = _first_int(get_field(completion_details, "reasoning_tokens"), get_field(usage, "reasoning_tokens"))
+    reasoning = _usage_detail(
+        usage, "completion_tokens_details", "reasoning_tokens", "reasoning_tokens", "reasoning_output_tokens"
+    )
     return NeMoGymResponseUsage(
         input_tokens=usage.prompt_tokens,
-        input_tokens_details=NeMoGymResponseInputTokensDetails(cached_tokens=cached),
+        input_tokens_details=NeMoGymResponseInputTokensDetails(cached_tokens=cached or 0),
         output_tokens=usage.completion_tokens,
-        output_tokens_details=NeMoGymResponseOutputTokensDetails(reasoning_tokens=reasoning),
+        output_tokens_details=NeMoGymResponseOutputTokensDetails(reasoning_tokens=reasoning or 0),
         total_tokens=usage.total_tokens,
     )
 
@@ -494,5 +512,6 @@ __all__ = [
     "THINK_PATTERN",
     "ResponsesConverter",
     "VLLMConverter",
+    "VLLMConverterResponsesToChatCompletionsState",
     "split_responses_input_output_items",
 ]

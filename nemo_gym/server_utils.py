@@ -33,9 +33,11 @@ from nemo_gym.global_config import (
     DEFAULT_HEAD_SERVER_PORT,
     DEFAULT_HOST,
     NEMO_GYM_CONFIG_PATH_ENV_VAR_NAME,
+    get_first_server_config_dict,
     get_global_config_dict,
     maybe_get_global_config_dict,
 )
+from nemo_gym.observability.correlation import apply_rollout_prefix, rollout_path_prefix
 from nemo_gym.transport import runtime
 from nemo_gym.transport.admission import in_admitted_request
 from nemo_gym.transport.types import ServerTimeoutError, TransportError
@@ -43,7 +45,9 @@ from nemo_gym.transport.types import ServerTimeoutError, TransportError
 if TYPE_CHECKING:
     import aiohttp
 
-    from nemo_gym.transport.http_client import raise_for_status as raise_for_status
+    from nemo_gym.transport.http_client import get_session as get_global_aiohttp_client
+    from nemo_gym.transport.passthrough import check_status as raise_for_status
+    from nemo_gym.transport.passthrough import request as request
 
 _HTTP_CLIENT = "nemo_gym.transport.http_client"
 
@@ -51,13 +55,20 @@ logger = logging.getLogger(__name__)
 
 SESSION_ID_KEY = "session_id"
 HEAD_SERVER_URL_ENV_VAR = "NEMO_GYM_HEAD_SERVER_URL"
+REQUEST_DEBUG_KEY = "global_aiohttp_client_request_debug"
+"""Top-level config key (NeMo Gym's name): servers print full request and response details of failed calls."""
+FASTAPI_WORKER_ENV_VAR = "IS_NEMO_GYM_FASTAPI_WORKER"
+FASTAPI_ENTRYPOINT_ENV_VAR = "IS_NEMO_GYM_FASTAPI_ENTRYPOINT"
 
 __all__ = [
     "DEFAULT_HEAD_SERVER_PORT",
     "DEFAULT_HOST",
+    "FASTAPI_ENTRYPOINT_ENV_VAR",
+    "FASTAPI_WORKER_ENV_VAR",
     "HEAD_SERVER_URL_ENV_VAR",
     "LISTEN_FD_ENV_VAR",
     "NEMO_GYM_CONFIG_PATH_ENV_VAR_NAME",
+    "REQUEST_DEBUG_KEY",
     "SERVER_TYPES",
     "SESSION_ID_KEY",
     "BaseRunServerInstanceConfig",
@@ -69,14 +80,22 @@ __all__ = [
     "SessionCookieMiddleware",
     "SimpleServer",
     "TransportError",
+    "apply_rollout_prefix",
     "fetch_config_from_head_server",
+    "get_first_server_config_dict",
+    "get_global_aiohttp_client",
     "get_global_config_dict",
     "get_response_json",
+    "get_server_url",
     "in_admitted_request",
+    "is_global_aiohttp_client_request_debug_enabled",
+    "is_nemo_gym_fastapi_entrypoint",
     "json_response",
     "maybe_get_global_config_dict",
     "raise_for_status",
     "raise_open_file_limit",
+    "request",
+    "rollout_path_prefix",
 ]
 
 
@@ -94,11 +113,41 @@ async def get_response_json(response: aiohttp.ClientResponse) -> Any:
 
 def __getattr__(name: str) -> Any:
     # The HTTP client (aiohttp, ~10 MB) is loaded on first use, so servers that never call another server skip it.
+    # `raise_for_status` and `request` are NeMo Gym's: awaitable, and in aiohttp's own terms (transport/passthrough).
     if name == "raise_for_status":
-        from nemo_gym.transport.http_client import raise_for_status
+        from nemo_gym.transport.passthrough import check_status
 
-        return raise_for_status
+        return check_status
+    if name == "request":
+        from nemo_gym.transport.passthrough import request
+
+        return request
+    if name == "get_global_aiohttp_client":
+        from nemo_gym.transport.http_client import get_session
+
+        return get_session
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def get_server_url(server_name: str) -> str:
+    """``http://host:port`` of a server instance of the global config."""
+    settings = get_first_server_config_dict(get_global_config_dict(), server_name)
+    return f"http://{settings['host']}:{settings['port']}"
+
+
+def is_global_aiohttp_client_request_debug_enabled() -> bool:
+    """Whether the config asks for full details of failed calls (``global_aiohttp_client_request_debug``)."""
+    config = maybe_get_global_config_dict()
+    return bool(config is not None and config.get(REQUEST_DEBUG_KEY, False))
+
+
+def is_nemo_gym_fastapi_entrypoint(file: str) -> bool:
+    """True in a uvicorn worker process importing ``file`` as its app module, so ``app.py`` can end with
+    ``elif is_nemo_gym_fastapi_entrypoint(__file__): app = MyServer.run_webserver()``. Our launcher runs one process
+    per server, so this is False unless a multi-worker runner sets ``IS_NEMO_GYM_FASTAPI_WORKER`` and
+    ``IS_NEMO_GYM_FASTAPI_ENTRYPOINT`` (the app's path)."""
+    entrypoint = os.environ.get(FASTAPI_ENTRYPOINT_ENV_VAR)
+    return os.environ.get(FASTAPI_WORKER_ENV_VAR) == "1" and bool(entrypoint) and file.endswith(str(entrypoint))
 
 
 _BASE_URL_CACHE_SIZE = 1024
@@ -201,7 +250,8 @@ class SessionCookieMiddleware:
 
     The id is exposed as ``request.session["session_id"]``. Each server has its own cookie name, so one cookie jar (an
     agent threading cookies through a rollout) carries the sessions of several servers at once. Ids are random
-    128-bit tokens; a cookie that is not one is replaced.
+    128-bit tokens; a cookie that is not one is replaced. Every response carries the cookie, as NeMo Gym's do: a
+    caller that keeps only the last response's cookies (``cookies = resp.cookies``) stays in its session.
     """
 
     def __init__(self, app: Any, cookie_name: str) -> None:
@@ -213,14 +263,8 @@ class SessionCookieMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        session_id = self._read_cookie(scope)
-        is_new = session_id is None
-        if is_new:
-            session_id = secrets.token_hex(16)
+        session_id = self._read_cookie(scope) or secrets.token_hex(16)
         scope["session"] = {SESSION_ID_KEY: session_id}
-        if not is_new:
-            await self.app(scope, receive, send)
-            return
         cookie = f"{self.cookie_name}={session_id}; Path=/; HttpOnly; SameSite=Lax".encode()
 
         async def send_with_cookie(message: dict) -> None:

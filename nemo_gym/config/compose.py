@@ -30,7 +30,7 @@ from omegaconf.errors import OmegaConfBaseException
 from nemo_gym.config.directives import apply_directives
 from nemo_gym.config.includes import expand_config_paths, normalize_config_paths
 from nemo_gym.config.overrides import apply_overrides, overrides_as_dict, parse_overrides
-from nemo_gym.config.ports import reserve_port
+from nemo_gym.config.ports import DEFAULT_PORT_RANGE, reserve_port
 from nemo_gym.config.roots import find_path
 from nemo_gym.config.server_models import ServerInstanceConfig
 from nemo_gym.config.servers import (
@@ -298,7 +298,8 @@ def _fill_server_addresses(config: dict[str, Any], instances: list[ServerInstanc
             explicit_ports.add(int(inner["port"]))
     port_range = None
     if "port_range_low" in config or "port_range_high" in config:
-        port_range = (int(config.get("port_range_low", 10001)), int(config.get("port_range_high", 20000)))
+        low, high = DEFAULT_PORT_RANGE
+        port_range = (int(config.get("port_range_low", low)), int(config.get("port_range_high", high)))
     for instance in instances:
         inner = config[instance.name][instance.SERVER_TYPE][instance.implementation]
         inner["host"] = inner.get("host") or config["default_host"]

@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import random
 import socket
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from nemo_gym.errors import ConfigError
 
 LISTEN_FD_ENV_VAR = "NEMO_GYM_LISTEN_FD"
 """Environment variable through which a child server learns the file descriptor of its inherited socket."""
+DEFAULT_PORT_RANGE: tuple[int, int] = (10001, 20000)
+"""Ports picked from when a config sets ``port_range_low`` / ``port_range_high`` only partly (or for
+:func:`probe_free_port` when it sets neither)."""
 
 
 @dataclass
@@ -88,3 +92,26 @@ def release_all() -> None:
     for reservation in _reservations.values():
         reservation.close()
     _reservations.clear()
+
+
+def probe_free_port(
+    port_range: tuple[int, int] = DEFAULT_PORT_RANGE, disallowed: Collection[int] = (), attempts: int = 50
+) -> int:
+    """A port in ``port_range`` that nothing listens on right now, for a process this one does not start itself
+    (a model engine launched by a model server). Unlike :func:`reserve_port` nothing is held: it may be taken
+    before that process binds it."""
+    low, high = port_range
+    allowed = [port for port in range(low, high + 1) if port not in disallowed]
+    last_error: OSError | None = None
+    for port in random.sample(allowed, k=min(attempts, len(allowed))):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("", port))
+            except OSError as e:
+                last_error = e
+                continue
+        return port
+    raise ConfigError(
+        f"no free port in range {low}-{high} after {min(attempts, len(allowed))} tries ({last_error}); "
+        "widen port_range_low / port_range_high"
+    )

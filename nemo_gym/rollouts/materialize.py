@@ -25,10 +25,9 @@ from nemo_gym.config.datasets import AGENT_REF_KEY
 from nemo_gym.datasets.validation import create_params_problem
 from nemo_gym.errors import ConfigError
 from nemo_gym.jsonl import JsonlWriter, iter_jsonl
-from nemo_gym.row_fields import ATTEMPT_INDEX_KEY
+from nemo_gym.row_fields import ATTEMPT_INDEX_KEY as ATTEMPT_INDEX_KEY  # re-exported for the collector
+from nemo_gym.row_fields import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
 
-TASK_INDEX_KEY = "_ng_task_index"
-ROLLOUT_INDEX_KEY = "_ng_rollout_index"
 MAX_REPORTED_PROBLEMS = 20
 
 

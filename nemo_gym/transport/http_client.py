@@ -56,6 +56,7 @@ __all__ = [
     "request",
     "response_json",
     "set_default_config",
+    "status_error",
 ]
 
 logger = logging.getLogger(__name__)
@@ -241,16 +242,24 @@ def raise_for_status(
     The message names the server, path, status and the start of the body, which is usually the server's own
     explanation of what went wrong.
     """
-    status = resp.status
-    if 200 <= status < 300:
+    if 200 <= resp.status < 300:
         return resp
+    raise status_error(resp, resp._body, server_name, url_path)  # request() always reads the body before returning
+
+
+def status_error(
+    resp: aiohttp.ClientResponse, body: bytes | None, server_name: str | None = None, url_path: str | None = None
+) -> ServerRequestError:
+    """The error for a non-2xx response whose body is ``body``: server, path, status and the start of the body."""
     target = _describe_target(resp.url, server_name)
-    path = url_path or resp.url.path
-    snippet = _snippet(resp._body)  # request() always reads the body before returning
-    message = f"{resp.method} {path} to {target} returned HTTP {status} {resp.reason or ''}".rstrip()
+    path = _path_of(resp.url, url_path)
+    snippet = _snippet(body)
+    message = f"{resp.method} {path} to {target} returned HTTP {resp.status} {resp.reason or ''}".rstrip()
     if snippet:
         message += f": {snippet}"
-    raise ServerRequestError(message, server=target, url_path=path, status=status, attempts=1, body_snippet=snippet)
+    return ServerRequestError(
+        message, server=target, url_path=path, status=resp.status, attempts=1, body_snippet=snippet
+    )
 
 
 def _describe_target(url: str | URL, server_name: str | None) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseOutputMessage, NeMoGymResponseOutputText
+from nemo_gym.openai_responses import NeMoGymResponse, NeMoGymResponseOutputMessage, NeMoGymResponseOutputText
 
 BOX_COMMANDS = ("\\boxed", "\\fbox")
 _TEXT_WRAPPER = re.compile(

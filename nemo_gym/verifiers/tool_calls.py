@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 
 from nemo_gym.openai_base import get_field
-from nemo_gym.openai_utils import NeMoGymResponse
+from nemo_gym.openai_responses import NeMoGymResponse
 
 
 @dataclass(frozen=True)

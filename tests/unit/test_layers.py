@@ -21,7 +21,7 @@ LAYERS: dict[str, int] = {
     "__init__": 2,
     "openai_base": 2,
     "openai_chat_utils": 2,
-    "openai_utils": 2,
+    "openai_responses": 2,
     "responses_converter": 2,
     "jsonl": 2,
     "session_store": 2,
@@ -31,8 +31,9 @@ LAYERS: dict[str, int] = {
     "profiling": 2,
     "sandbox/": 2,
     "verifiers/": 2,
-    # 3: transport
+    # 3: transport, and the face that offers the wire models with the OpenAI-compatible client
     "transport/": 3,
+    "openai_utils": 3,
     # 4: config
     "config/": 4,
     "global_config": 4,

@@ -1,0 +1,100 @@
+"""Requests in aiohttp's own terms, for code written against NeMo Gym's ``server_utils.request``.
+
+:func:`request` takes aiohttp's keyword arguments (``params=``, ``timeout=``, ``allow_redirects=``, ...) and returns
+the :class:`aiohttp.ClientResponse` with its body *unread*: the caller streams it, reads ``resp.content``, or uses
+``async with``, and the connection goes back to the shared pool of :mod:`nemo_gym.transport.http_client` once the body
+is read. Connection failures are retried as that module retries them (the server cannot have acted on them); a status
+is never retried, and nothing else is wrapped, so aiohttp's own exceptions reach the caller.
+
+:func:`check_status` is NeMo Gym's ``raise_for_status``: ``await check_status(resp)`` works for every response, and a
+plain call still raises at once when the body is already read (responses of ``http_client.request``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Generator
+from typing import Any, Final
+
+import aiohttp
+from yarl import URL
+
+from nemo_gym.transport.http_client import (
+    _backoff_s,
+    _final_error,
+    dumps,
+    get_session,
+    raise_for_status,
+    status_error,
+)
+from nemo_gym.transport.types import get_default_config
+
+__all__ = ["check_status", "request"]
+
+_CONNECTION_ERRORS: Final = (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)
+
+
+async def request(method: str, url: str | URL, _internal: bool = False, **kwargs: Any) -> aiohttp.ClientResponse:
+    """Send one request through the shared pool; the body of the answer is left for the caller to read.
+
+    ``json=`` is serialised with orjson (pydantic models dumped with ``exclude_unset=True``). ``_internal`` is
+    accepted for NeMo Gym's signature and changes nothing: every call gets the same retry budget.
+    """
+    if kwargs.get("json") is not None:
+        kwargs["data"] = dumps(kwargs.pop("json"))
+        headers = dict(kwargs.get("headers") or {})
+        if not any(key.lower() == "content-type" for key in headers):
+            headers["Content-Type"] = "application/json"
+        kwargs["headers"] = headers
+    cfg = get_default_config()
+    session = get_session()
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            return await session.request(method, url, **kwargs)
+        except aiohttp.ConnectionTimeoutError as exc:
+            failure: BaseException = exc
+        except _CONNECTION_ERRORS as exc:
+            failure = exc
+        if attempt >= cfg.max_attempts:
+            raise _final_error(method, url, None, None, cfg, attempt, failure, "") from failure
+        await asyncio.sleep(_backoff_s(cfg, attempt, failure))
+
+
+class _Passed:
+    """A 2xx response, awaitable: ``await check_status(resp)`` gives ``resp`` back, and a plain call costs nothing."""
+
+    __slots__ = ("response",)
+
+    def __init__(self, response: aiohttp.ClientResponse) -> None:
+        self.response = response
+
+    def __await__(self) -> Generator[Any, None, aiohttp.ClientResponse]:
+        yield from ()
+        return self.response
+
+
+def check_status(
+    resp: aiohttp.ClientResponse, server_name: str | None = None, url_path: str | None = None
+) -> Awaitable[aiohttp.ClientResponse]:
+    """Raise :class:`ServerRequestError` for a non-2xx response, else hand the response back when awaited.
+
+    A response whose body is already read fails at once, awaited or not. One whose body is unread (from
+    :func:`request`) can only fail once the body is read, so its error comes with the ``await``; a caller that
+    forgets the ``await`` gets Python's "coroutine was never awaited" warning rather than silence.
+    """
+    status = resp.status
+    ok = 200 <= status < 300 if isinstance(status, int) else bool(resp.ok)  # a test double may only set `ok`
+    if ok:
+        return _Passed(resp)
+    if isinstance(getattr(resp, "_body", None), bytes):
+        raise_for_status(resp, server_name, url_path)
+    return _raise_after_reading(resp, server_name, url_path)
+
+
+async def _raise_after_reading(
+    resp: aiohttp.ClientResponse, server_name: str | None, url_path: str | None
+) -> aiohttp.ClientResponse:
+    body = await resp.read()
+    raise status_error(resp, body if isinstance(body, bytes) else None, server_name, url_path)

@@ -1,0 +1,184 @@
+"""NeMo Gym's ``openai_utils`` names: SDK objects accepted by request models, usage accumulation, the token-field
+sets, and ``NeMoGymAsyncOpenAI`` against a real local endpoint (no SDK, no httpx)."""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import orjson
+import pytest
+from aiohttp import web
+from openai.types.responses import EasyInputMessage, FunctionTool
+
+from nemo_gym.openai_utils import (
+    RATE_LIMIT_ERROR_CODES,
+    REQUIRED_TOKEN_METADATA_FIELDS,
+    RETRY_ERROR_CODES,
+    TOKEN_METADATA_FIELDS,
+    NeMoGymAsyncOpenAI,
+    NeMoGymChatCompletionMessage,
+    NeMoGymChatCompletionMessageToolCall,
+    NeMoGymEasyInputMessage,
+    NeMoGymFunction,
+    NeMoGymFunctionTool,
+    NeMoGymFunctionToolParam,
+    NeMoGymResponseCreateParamsNonStreaming,
+    NeMoGymResponseInputTokensDetails,
+    NeMoGymResponseOutputTokensDetails,
+    NeMoGymResponseUsage,
+    accumulate_response_usage,
+)
+from nemo_gym.transport import http_client
+from nemo_gym.transport.http_client import ServerRequestError
+
+pytestmark = pytest.mark.timeout(120)
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_request_models_accept_the_sdks_own_objects() -> None:
+    tool = FunctionTool(type="function", name="lookup", parameters={"type": "object"}, strict=True)
+    message = EasyInputMessage(role="user", content="hi")
+    params = NeMoGymResponseCreateParamsNonStreaming(input=[message], tools=[tool])
+    assert isinstance(params.tools[0], NeMoGymFunctionTool) and params.tools[0].name == "lookup"
+    assert isinstance(params.input[0], NeMoGymEasyInputMessage) and params.input[0].content == "hi"
+    assert params.model_dump(exclude_unset=True)["tools"][0] == {
+        "type": "function",
+        "name": "lookup",
+        "parameters": {"type": "object"},
+        "strict": True,
+    }
+
+
+def test_function_tool_params_and_functions_as_nemo_gym_writes_them() -> None:
+    tool: NeMoGymFunctionToolParam = {"type": "function", "name": "f", "parameters": None, "strict": None}
+    assert NeMoGymResponseCreateParamsNonStreaming(input="x", tools=[tool]).tools[0].name == "f"
+    call = NeMoGymChatCompletionMessageToolCall(
+        id="c1", type="function", function=NeMoGymFunction(name="f", arguments="{}")
+    )
+    message = NeMoGymChatCompletionMessage(role="assistant", content=None, tool_calls=[call])
+    assert message.model_dump()["tool_calls"][0]["function"] == {"name": "f", "arguments": "{}"}
+
+
+def _usage(inputs: int, outputs: int, cached: int, reasoning: int) -> NeMoGymResponseUsage:
+    return NeMoGymResponseUsage(
+        input_tokens=inputs,
+        input_tokens_details=NeMoGymResponseInputTokensDetails(cached_tokens=cached),
+        output_tokens=outputs,
+        output_tokens_details=NeMoGymResponseOutputTokensDetails(reasoning_tokens=reasoning),
+        total_tokens=inputs + outputs,
+    )
+
+
+def test_accumulate_response_usage_adds_counts_and_details_without_touching_the_total() -> None:
+    first, second = _usage(10, 5, 2, 1), _usage(7, 3, 4, 2)
+    assert accumulate_response_usage(None, None) is None
+    copied = accumulate_response_usage(None, first)
+    assert copied == first and copied is not first
+    total = accumulate_response_usage(first, second)
+    assert total == _usage(17, 8, 6, 3)
+    assert first == _usage(10, 5, 2, 1)  # the running total given in is not modified
+    assert accumulate_response_usage(first, None) is first
+
+
+def test_token_field_sets_and_retry_codes() -> None:
+    assert REQUIRED_TOKEN_METADATA_FIELDS == {"prompt_token_ids", "generation_token_ids", "generation_log_probs"}
+    assert TOKEN_METADATA_FIELDS == REQUIRED_TOKEN_METADATA_FIELDS | {"routed_experts"}
+    assert 429 in RATE_LIMIT_ERROR_CODES and set(RETRY_ERROR_CODES) == {*RATE_LIMIT_ERROR_CODES, 500}
+
+
+def test_importing_openai_utils_loads_no_sdk_and_no_http_client() -> None:
+    probe = (
+        "import sys, nemo_gym.openai_utils as u\n"
+        "u.NeMoGymAsyncOpenAI(base_url='http://x/v1', api_key='k')\n"
+        "print([m for m in ('openai', 'httpx', 'aiohttp') if m in sys.modules])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# NeMoGymAsyncOpenAI
+
+
+@pytest.fixture(autouse=True)
+async def _close_pooled_session() -> AsyncIterator[None]:
+    yield
+    await http_client.close_session()
+
+
+@contextlib.asynccontextmanager
+async def endpoint(statuses: list[int]) -> AsyncIterator[tuple[str, list[dict]]]:
+    """An OpenAI-like endpoint answering with ``statuses`` in turn (then 200), recording each request."""
+    seen: list[dict] = []
+
+    async def handle(req: web.Request) -> web.Response:
+        body = orjson.loads(await req.read()) if req.can_read_body else None
+        seen.append(
+            {"path": req.path, "auth": req.headers.get("Authorization"), "x": req.headers.get("X"), "body": body}
+        )
+        status = statuses.pop(0) if statuses else 200
+        if status != 200:
+            return web.Response(status=status, text=f"status {status}", headers={"Retry-After": "0"})
+        return web.json_response({"path": req.path, "echo": body})
+
+    app = web.Application()
+    app.add_routes([web.route("*", "/{tail:.*}", handle)])
+    runner = web.AppRunner(app, shutdown_timeout=0.1)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}", seen
+    finally:
+        await runner.cleanup()
+
+
+async def test_client_posts_json_with_the_key_and_returns_the_answer() -> None:
+    async with endpoint([]) as (url, seen):
+        client = NeMoGymAsyncOpenAI(base_url=f"{url}/v1", api_key="sk-1", default_headers={"X": "y"})
+        answer = await client.create_chat_completion(model="m", messages=[{"role": "user", "content": "hi"}])
+        assert answer == {
+            "path": "/v1/chat/completions",
+            "echo": {"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+        }
+        assert (await client.create_response(input="x"))["path"] == "/v1/responses"
+        assert (await client.create_models())["path"] == "/v1/models"
+        assert (await client.create_tokenize(prompt="x"))["path"] == "/tokenize"
+        assert seen[0]["auth"] == "Bearer sk-1" and seen[0]["x"] == "y"
+
+
+async def test_client_retries_rate_limits_then_succeeds() -> None:
+    async with endpoint([429, 503, 502]) as (url, seen):
+        client = NeMoGymAsyncOpenAI(base_url=url, api_key="k")
+        assert (await client.create_completion(prompt="p"))["echo"] == {"prompt": "p"}
+        assert len(seen) == 4
+
+
+async def test_client_gives_up_on_repeated_server_errors_with_the_body_in_the_error() -> None:
+    async with endpoint([500, 500, 500, 500]) as (url, seen):
+        client = NeMoGymAsyncOpenAI(base_url=url, api_key="k")
+        with pytest.raises(ServerRequestError, match="HTTP 500.*status 500"):
+            await client.create_chat_completion(messages=[])
+        assert len(seen) == 3
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# responses_converter names
+
+
+def test_usage_detail_reads_the_nested_count_then_the_provider_aliases() -> None:
+    from nemo_gym.openai_utils import NeMoGymCompletionUsage
+    from nemo_gym.responses_converter import VLLMConverterResponsesToChatCompletionsState, _usage_detail
+
+    nested = {"prompt_tokens_details": {"cached_tokens": 4}, "cache_read_input_tokens": 9}
+    assert _usage_detail(nested, "prompt_tokens_details", "cached_tokens", "cache_read_input_tokens") == 4
+    aliased = {"prompt_tokens_details": None, "cache_read_input_tokens": 9}
+    assert _usage_detail(aliased, "prompt_tokens_details", "cached_tokens", "cache_read_input_tokens") == 9
+    assert _usage_detail({"reasoning_output_tokens": True}, "x", "y", "reasoning_output_tokens") is None
+    model = NeMoGymCompletionUsage(prompt_tokens=1, completion_tokens=2, total_tokens=3, reasoning_output_tokens=5)
+    assert _usage_detail(model, "completion_tokens_details", "reasoning_tokens", "reasoning_output_tokens") == 5
+    assert VLLMConverterResponsesToChatCompletionsState().has_items is False
