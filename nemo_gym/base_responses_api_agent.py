@@ -105,6 +105,11 @@ class SimpleResponsesAPIAgent(MetricsHooks, SimpleServer):
         token_capture = f"/{TOKEN_CAPTURE_PATH_SEGMENT}/" in request_path
         return rollout_path_prefix(rollout_id, token_capture=token_capture) + url_path
 
+    def resolve_model_base_url(self, model_server_name: str, rollout_id: str | None = None) -> str:
+        """``http://host:port[/ng-rollout/<id>]/v1`` of a model server, for agents that hand a base URL to an
+        OpenAI-compatible client."""
+        return f"{apply_rollout_prefix(self.server_client.server_base_url(model_server_name), rollout_id)}/v1"
+
     async def responses(
         self, request: Request, response: Response, body: NeMoGymResponseCreateParamsNonStreaming
     ) -> NeMoGymResponse:

@@ -151,6 +151,13 @@ def test_an_agent_prefixes_model_paths_with_its_rollout_only_when_capture_is_on(
     assert on.url_path_for_request("/seed_session", None) == "/seed_session"
 
 
+def test_an_agent_resolves_a_model_base_url_with_the_rollout_prefix(tmp_path: Path) -> None:
+    client = _client({"policy": {"responses_api_models": {"m": {"host": "10.0.0.1", "port": 8000}}}})
+    agent = _Agent(config=BaseResponsesAPIAgentConfig(name="agent", **_SERVER), server_client=client)
+    assert agent.resolve_model_base_url("policy") == "http://10.0.0.1:8000/v1"
+    assert agent.resolve_model_base_url("policy", "3-0") == "http://10.0.0.1:8000/ng-rollout/3-0/v1"
+
+
 def _captured_rollout(tmp_path: Path) -> dict[str, Any]:
     TestClient(_model_app(_capture_on(tmp_path))).post("/ng-rollout/1-0/v1/responses", json={"input": "q"})
     return {"_ng_task_index": 1, "_ng_rollout_index": 0, "reward": 1.0, "response": {"output": []}}
