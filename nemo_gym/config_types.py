@@ -14,6 +14,9 @@ Code inside ``nemo_gym`` imports from those modules; this one keeps NeMo Gym's n
 
 from __future__ import annotations
 
+from omegaconf import DictConfig as DictConfig  # NeMo Gym's environments import these two from here
+from omegaconf import OmegaConf as OmegaConf
+
 from nemo_gym.config.command_config import BaseNeMoGymCLIConfig
 from nemo_gym.config.datasets import (
     AGENT_REF_KEY,
