@@ -36,7 +36,7 @@ logger = logging.getLogger(__name__)
 
 
 class CodeGenResourcesServerConfig(BaseResourcesServerConfig):
-    REVERIFY_MODE: ClassVar[ReverifyMode] = "stateless"
+    REVERIFY_MODE: ClassVar[ReverifyMode] = ReverifyMode.STATELESS
 
     num_processes: int = Field(default=4, ge=1)
     """Submissions graded at the same time (each runs its tests one after another)."""

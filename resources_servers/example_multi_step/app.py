@@ -39,7 +39,7 @@ def synonym_value(synonym: str) -> int:
 
 class ExampleMultiStepResourcesServerConfig(BaseResourcesServerConfig):
     # Verify reads only the row and the transcript, so a stored rollout can be verified again.
-    REVERIFY_MODE: ClassVar[ReverifyMode] = "stateless"
+    REVERIFY_MODE: ClassVar[ReverifyMode] = ReverifyMode.STATELESS
 
 
 class GetSynonymValueRequest(BaseModel):

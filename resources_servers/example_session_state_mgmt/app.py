@@ -33,7 +33,7 @@ DEFAULT_MAX_SESSIONS = 100_000
 
 class ExampleSessionStateMgmtResourcesServerConfig(BaseResourcesServerConfig):
     # The state is consumed by /verify, so a stored rollout cannot be verified a second time.
-    REVERIFY_MODE: ClassVar[ReverifyMode] = "unsupported"
+    REVERIFY_MODE: ClassVar[ReverifyMode] = ReverifyMode.UNSUPPORTED
 
     max_sessions: int = Field(default=DEFAULT_MAX_SESSIONS, ge=1)
     """Most counters held at once; the least recently used one is evicted beyond this."""

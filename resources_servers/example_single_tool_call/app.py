@@ -23,7 +23,7 @@ from nemo_gym.openai_utils import NeMoGymResponseFunctionToolCall
 
 class ExampleSingleToolCallResourcesServerConfig(BaseResourcesServerConfig):
     # Verify reads only the transcript (which tools were called), so a stored rollout can be verified again.
-    REVERIFY_MODE: ClassVar[ReverifyMode] = "stateless"
+    REVERIFY_MODE: ClassVar[ReverifyMode] = ReverifyMode.STATELESS
 
 
 class GetWeatherRequest(BaseModel):

@@ -32,7 +32,7 @@ _ROW_FIELDS = ("instruction_id_list", "kwargs", "prompt", "grading_mode")
 
 
 class InstructionFollowingResourcesServerConfig(BaseResourcesServerConfig):
-    REVERIFY_MODE: ClassVar[ReverifyMode] = "stateless"
+    REVERIFY_MODE: ClassVar[ReverifyMode] = ReverifyMode.STATELESS
 
     grading_mode: GradingMode = "binary"
     """Used for rows that do not set their own ``grading_mode``."""

@@ -34,7 +34,7 @@ _LINE = re.compile(r"""^\s*(?:[-*•]\s*|\d+[.)]\s*)?["'`]?([^:=\n"'`]+?)["'`]?\
 
 
 class MultineedleResourcesServerConfig(BaseResourcesServerConfig):
-    REVERIFY_MODE: ClassVar[ReverifyMode] = "stateless"
+    REVERIFY_MODE: ClassVar[ReverifyMode] = ReverifyMode.STATELESS
 
     case_sensitive_values: bool = True
     """False: ``qx-4821`` counts for ``QX-4821``."""

@@ -29,7 +29,7 @@ from resources_servers.string_match.matching import ExtractionMode, canonical_an
 
 
 class StringMatchResourcesServerConfig(BaseResourcesServerConfig):
-    REVERIFY_MODE: ClassVar[ReverifyMode] = "stateless"
+    REVERIFY_MODE: ClassVar[ReverifyMode] = ReverifyMode.STATELESS
 
     extraction_mode: ExtractionMode = "final_answer"
     """Used for rows that do not set their own ``extraction_mode``."""

@@ -39,7 +39,7 @@ ErrorType = Literal[
 
 
 class StructuredOutputsResourcesServerConfig(BaseResourcesServerConfig):
-    REVERIFY_MODE: ClassVar[ReverifyMode] = "stateless"
+    REVERIFY_MODE: ClassVar[ReverifyMode] = ReverifyMode.STATELESS
 
     strict_schema: bool = True
     """Default for rows without ``strict_schema``: require every property and forbid unlisted keys."""

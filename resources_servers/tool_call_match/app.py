@@ -42,7 +42,7 @@ from nemo_gym.verifiers.tool_calls import (
 
 
 class ToolCallMatchResourcesServerConfig(BaseResourcesServerConfig):
-    REVERIFY_MODE: ClassVar[ReverifyMode] = "stateless"
+    REVERIFY_MODE: ClassVar[ReverifyMode] = ReverifyMode.STATELESS
 
     string_match: Literal["exact", "normalized"] = "normalized"
     """``normalized``: strings compare with whitespace collapsed and case folded."""

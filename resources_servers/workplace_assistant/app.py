@@ -38,7 +38,7 @@ from resources_servers.workplace_assistant.world import InitialState, World, bas
 
 
 class WorkplaceAssistantResourcesServerConfig(BaseResourcesServerConfig):
-    REVERIFY_MODE: ClassVar[ReverifyMode] = "stateless"
+    REVERIFY_MODE: ClassVar[ReverifyMode] = ReverifyMode.STATELESS
 
     max_sessions: int = Field(default=DEFAULT_MAX_SESSIONS, ge=1)
     """Most worlds held at once; the least recently used one is evicted beyond this."""
