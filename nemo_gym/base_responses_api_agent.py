@@ -21,7 +21,6 @@ from fastapi import Body, FastAPI, Request, Response
 from nemo_gym.base_resources_server import BaseRunRequest, BaseVerifyResponse, MetricsHooks
 from nemo_gym.config.server_models import BaseRunServerInstanceConfig
 from nemo_gym.metrics import AggregateMetrics, AggregateMetricsRequest, aggregate_verify_responses
-from nemo_gym.observability.capture import ModelCallCaptureConfig
 from nemo_gym.observability.correlation import (
     TOKEN_CAPTURE_PATH_SEGMENT,
     apply_rollout_prefix,
@@ -83,7 +82,7 @@ class SimpleResponsesAPIAgent(MetricsHooks, SimpleServer):
 
     def _model_call_capture_enabled(self) -> bool:
         config = getattr(self.server_client, "global_config_dict", None)
-        return ModelCallCaptureConfig.of(config).observability_enabled if isinstance(config, Mapping) else False
+        return bool(config.get("observability_enabled", False)) if isinstance(config, Mapping) else False
 
     def rollout_id_from_run(self, body: Any) -> str | None:
         """The rollout id of a ``/run`` body when model calls are captured; None otherwise or without indices."""
