@@ -39,11 +39,9 @@ class Invocation:
 
     def settings(self, model: type[SettingsT], config: DictConfig) -> SettingsT:
         """The command's typed settings: the composed config's keys, with the flags' fields set on top."""
-        from omegaconf import OmegaConf
+        from nemo_gym.config.tree import plain_dict, set_path
 
-        from nemo_gym.config.tree import set_path
-
-        data: dict[str, Any] = OmegaConf.to_container(config, resolve=True)  # type: ignore[assignment]
+        data = plain_dict(config)
         for path, value in self.fields.items():
             set_path(data, path, value)
         return model.model_validate(data)

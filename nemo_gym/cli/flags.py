@@ -72,7 +72,7 @@ class Flag:
             wanted = f"between {_number(low)} and {_number(high)}"
         elif low is not None:
             wanted = f"at least {_number(low)}"
-        else:
+        elif high is not None:  # with neither bound, every value passed the test above
             wanted = f"at most {_number(high)}"
         raise ConfigError(f"{self.names[0]} must be {wanted}, got {_number(value)}")
 

@@ -38,7 +38,7 @@ from nemo_gym.config.servers import (
     find_server_instances,
     raise_for_almost_servers,
 )
-from nemo_gym.config.tree import MISSING, deep_merge, iter_leaves
+from nemo_gym.config.tree import MISSING, deep_merge, iter_leaves, plain_dict
 from nemo_gym.config.validation import SourceLocator, check_server_blocks, check_settings
 from nemo_gym.config.yaml_files import load_yaml_file
 from nemo_gym.errors import ConfigError, ConfigInterpolationError, ConfigMissingValuesError, NoServerInstancesError
@@ -89,7 +89,7 @@ class ComposedConfig:
         its instances found."""
         if isinstance(config, ComposedConfig):
             return config
-        instances, _ = find_server_instances(OmegaConf.to_container(config, resolve=True))  # type: ignore[arg-type]
+        instances, _ = find_server_instances(plain_dict(config))
         return cls(config, instances)
 
     def instances_of(self, server_type: str) -> list[ServerInstanceConfig]:
@@ -241,7 +241,7 @@ def _resolve_interpolations(config: dict[str, Any], unset: list[str] | None = No
             problems.append(f"config value {path!r} = {value!r} cannot be resolved: {_first_line(e)}.{hint}")
     if problems:
         raise ConfigInterpolationError("; ".join(problems))
-    return OmegaConf.to_container(dict_config, resolve=True)
+    return plain_dict(dict_config)
 
 
 _UNSET_PLACEHOLDER = "<unset value>"

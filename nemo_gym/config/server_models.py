@@ -15,12 +15,13 @@ spots a block that has the shape but fails validation (reported, not silently ig
 
 from __future__ import annotations
 
-from typing import Any, Literal, Union, cast
+from typing import Any, Literal, Union
 
 from omegaconf import DictConfig, OmegaConf
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from nemo_gym.config.datasets import BenchmarkDatasetConfig, DatasetConfig, Domain
+from nemo_gym.config.tree import plain_dict
 
 
 class BaseServerConfig(BaseModel):
@@ -190,7 +191,7 @@ def maybe_get_server_instance_config(
         return None, None
     if not isinstance(server_type_config_dict, DictConfig):
         server_type_config_dict = OmegaConf.create(server_type_config_dict)
-    data = cast("dict[str, Any]", OmegaConf.to_container(server_type_config_dict, resolve=True))
+    data = plain_dict(server_type_config_dict)
     models: dict[str, type[ServerInstanceConfig]] = {
         "responses_api_models": ResponsesAPIModelServerInstanceConfig,
         "resources_servers": ResourcesServerInstanceConfig,
@@ -204,7 +205,7 @@ def maybe_get_server_instance_config(
     return instance, None
 
 
-def is_server_ref(config_dict: DictConfig) -> ServerRef | None:
+def is_server_ref(config_dict: Any) -> ServerRef | None:
     """The value as a :data:`ServerRef` if it has exactly the ``{type, name}`` shape of one, else None."""
     if not isinstance(config_dict, (dict, DictConfig)) or set(config_dict.keys()) != {"type", "name"}:
         return None

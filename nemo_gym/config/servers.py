@@ -105,7 +105,7 @@ def check_server_refs(instances: list[ServerInstanceConfig]) -> None:
                 hint = f"Defined {ref.type}: {', '.join(sorted(candidates))}."
             else:
                 hint = f"No {ref.type} instance is defined; add one with --config or a selector."
-            location = f"{instance.name}.{instance.SERVER_TYPE}.{instance.implementation}.{field_name}"
+            location = f"{instance.name}.{instance.SERVER_TYPE}.{instance.implementation}.{field_name!s}"
             problems.append(f"{location} refers to {ref.type} {ref.name!r}, which is not defined. {hint}")
     if problems:
         raise ServerRefNotFoundError("; ".join(problems))

@@ -34,6 +34,7 @@ from nemo_gym.config import ports
 from nemo_gym.config.compose import ComposedConfig, ComposeOptions, compose
 from nemo_gym.config.roots import candidate_paths, child_env, search_roots
 from nemo_gym.config.server_models import ServerInstanceConfig, maybe_get_server_instance_config
+from nemo_gym.config.tree import plain_dict
 from nemo_gym.errors import ConfigError, LaunchError
 from nemo_gym.global_config import (
     NEMO_GYM_CONFIG_DICT_ENV_VAR_NAME,
@@ -127,7 +128,7 @@ class Launcher:
         shutdown_grace_s: float = SHUTDOWN_GRACE_S,
     ) -> None:
         composed = ComposedConfig.of(config)
-        self._data: dict[str, Any] = OmegaConf.to_container(composed.config, resolve=True)  # type: ignore[assignment]
+        self._data = plain_dict(composed.config)
         self._instances = list(composed.instances)
         self.echo = echo
         timeout = startup_timeout_s

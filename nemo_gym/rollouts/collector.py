@@ -240,7 +240,7 @@ class RolloutCollector:
         self._bar.update(1)
         if self._bar.disable:
             return
-        postfix = {"failed": self.summary.failed}
+        postfix: dict[str, object] = {"failed": self.summary.failed}
         for agent, (total, count) in self._reward_sums.items():
             postfix[f"reward[{agent}]"] = f"{total / count:.3f}"
         self._bar.set_postfix(postfix, refresh=False)

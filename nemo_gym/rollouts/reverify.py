@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import orjson
 from omegaconf import DictConfig, OmegaConf
@@ -32,6 +32,7 @@ from nemo_gym.base_resources_server import ReverifyMode
 from nemo_gym.config.compose import ComposedConfig
 from nemo_gym.config.datasets import AGENT_REF_KEY
 from nemo_gym.config.server_models import is_server_ref
+from nemo_gym.config.tree import plain_dict
 from nemo_gym.errors import ConfigError
 from nemo_gym.jsonl import JsonlWriter, iter_jsonl, iter_jsonl_spans
 from nemo_gym.rollouts.aggregate import (
@@ -193,7 +194,7 @@ def config_for_reverify(config: ComposedConfig | DictConfig, resources_servers: 
     """The config without the servers reverification does not need: only the given resources servers and whatever
     they refer to (a judge model, say) stay, so no agent and no unneeded policy model is started."""
     composed = ComposedConfig.of(config)
-    data: dict[str, Any] = OmegaConf.to_container(composed.config, resolve=True)  # type: ignore[assignment]
+    data = plain_dict(composed.config)
     names = {instance.name for instance in composed.instances}
     keep: set[str] = set()
     pending = list(resources_servers)
@@ -368,7 +369,7 @@ class Reverifier:
         self.summary.failure_classes[failure_class] += 1
 
 
-def _is_number(value: Any) -> bool:
+def _is_number(value: Any) -> TypeGuard[float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 

@@ -72,7 +72,8 @@ def prepare_split_input(config: ComposedConfig | DictConfig, split: str, path: P
             hint = "; write it first with `gym eval prepare --benchmark NAME`" if benchmark else ""
             problems.append(f"dataset {dataset.name!r} of agent {agent}: {dataset.jsonl_fpath} does not exist{hint}")
             continue
-        template = PromptTemplate.load(dataset.prompt_config) if benchmark and dataset.prompt_config else None
+        prompt_config = dataset.prompt_config if isinstance(dataset, BenchmarkDatasetConfig) else None
+        template = PromptTemplate.load(prompt_config) if prompt_config else None
         sources.append((agent, dataset, source, template))
     if problems:
         raise ConfigError("; ".join(problems))

@@ -37,7 +37,7 @@ def _datasets(raw: dict[str, Any]) -> list[str]:
 
 
 def _instances(raw: dict[str, Any], server_type: str) -> list[str]:
-    found = []
+    found: list[str] = []
     for instance, value in raw.items():
         if isinstance(value, dict) and isinstance(value.get(server_type), dict):
             found.extend(f"{instance} ({impl})" for impl in value[server_type])

@@ -14,11 +14,10 @@ import sys
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from omegaconf import OmegaConf
-
 from nemo_gym.cli.command import Command, Invocation
 from nemo_gym.cli.flags import Flag, quote
 from nemo_gym.cli.output import console
+from nemo_gym.config.tree import plain_dict
 from nemo_gym.datasets.storage.hub_upload import describe_versions
 from nemo_gym.errors import ConfigError
 from nemo_gym.global_config import parse_global_config_dict
@@ -120,7 +119,7 @@ def _config(invocation: Invocation) -> dict[str, Any]:
     if revision is not None and not any(t.lstrip("+").startswith("revision=") for t in tokens):
         tokens.append(f"+revision={quote(revision)}")
     config = parse_global_config_dict(tokens, dummy_model=True)
-    return OmegaConf.to_container(config, resolve=True)  # type: ignore[return-value]
+    return plain_dict(config)
 
 
 def _confirm(question: str, yes: bool) -> None:
@@ -217,20 +216,19 @@ def _download_hf(config: dict[str, Any], overwrite: bool) -> int:
     revision = config.get("revision") or None
     hf = HfDatasetRegistry.from_config(config)
     written: dict[str, Path] = {}
+    directory = Path(settings.output_dirpath or ".")  # the config sets exactly one of output_fpath / output_dirpath
     if settings.artifact_fpath:
-        dest = Path(
-            settings.output_fpath or Path(settings.output_dirpath) / PurePosixPath(settings.artifact_fpath).name
-        )
+        dest = Path(settings.output_fpath or directory / PurePosixPath(settings.artifact_fpath).name)
         written[settings.artifact_fpath] = hf.download(
             settings.repo_id, revision, settings.artifact_fpath, dest, overwrite=overwrite
         )
     elif settings.split:
-        dest = Path(settings.output_fpath or Path(settings.output_dirpath) / f"{settings.split}.jsonl")
+        dest = Path(settings.output_fpath or directory / f"{settings.split}.jsonl")
         written[settings.split] = hf.download_split(
             settings.repo_id, revision, settings.split, dest, overwrite=overwrite
         )
     else:
-        written = hf.download_all_splits(settings.repo_id, revision, Path(settings.output_dirpath), overwrite=overwrite)
+        written = hf.download_all_splits(settings.repo_id, revision, directory, overwrite=overwrite)
     for what, path in written.items():
         console.print(f"Downloaded {settings.repo_id} {what} to {path}", markup=False)
     return 0

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from omegaconf import OmegaConf
-
 from nemo_gym.cli.command import Command, Invocation
 from nemo_gym.cli.flags import CONFIG_FLAGS, MODEL_FLAGS
 from nemo_gym.cli.output import console, print_warning
 from nemo_gym.config.servers import find_server_instances
+from nemo_gym.config.tree import plain_dict
 from nemo_gym.global_config import masked_config_yaml, parse_global_config_dict
 
 
@@ -27,7 +26,7 @@ def resolve(invocation: Invocation) -> int:
 def validate(invocation: Invocation) -> int:
     """Compose and validate the config without starting anything (a dummy policy model stands in if none is set)."""
     config = parse_global_config_dict(invocation.overrides, dummy_model=True)
-    instances, _ = find_server_instances(OmegaConf.to_container(config, resolve=True))
+    instances, _ = find_server_instances(plain_dict(config))
     console.print(f"Config is valid: {len(instances)} server instance(s).")
     for instance in instances:
         console.print(f"  {instance.name:<32} {instance.SERVER_TYPE}/{instance.implementation}")

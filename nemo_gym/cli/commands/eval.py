@@ -286,7 +286,7 @@ def _report_reverify(summary: Any, stderr: GymConsole) -> int:
     return 0 if not summary.failed else EXIT_SOME_ROLLOUTS_FAILED
 
 
-COMMANDS = (
+COMMANDS: tuple[Command, ...] = (
     Command(
         "eval",
         "run",
