@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from nemo_gym.config.compose import (
     DEFAULT_HEAD_SERVER_PORT,
@@ -29,6 +29,7 @@ from nemo_gym.config.ports import probe_free_port as _probe_free_port
 from nemo_gym.config.secrets import mask_secrets
 from nemo_gym.config.server_models import ServerInstanceConfig
 from nemo_gym.config.servers import find_server_instances
+from nemo_gym.config.tree import plain_dict
 from nemo_gym.errors import ConfigError
 from nemo_gym.metrics import ROLLOUT_INDEX_KEY_NAME, TASK_INDEX_KEY_NAME
 from nemo_gym.row_fields import ATTEMPT_INDEX_KEY as ATTEMPT_INDEX_KEY_NAME
@@ -213,12 +214,21 @@ def maybe_get_global_config_dict() -> DictConfig | None:
     config_file = os.environ.get(NEMO_GYM_CONFIG_FILE_ENV_VAR_NAME)
     if config_file:
         try:
-            _GLOBAL_CONFIG_DICT = OmegaConf.load(Path(config_file))
+            loaded = OmegaConf.load(Path(config_file))
         except OSError as e:
             raise ConfigError(f"cannot read the config file handed down by the launcher: {config_file} ({e})") from e
+        _GLOBAL_CONFIG_DICT = _config_mapping(loaded, f"the config file {config_file}")
     elif os.environ.get(NEMO_GYM_CONFIG_DICT_ENV_VAR_NAME):
-        _GLOBAL_CONFIG_DICT = OmegaConf.create(os.environ[NEMO_GYM_CONFIG_DICT_ENV_VAR_NAME])
+        loaded = OmegaConf.create(os.environ[NEMO_GYM_CONFIG_DICT_ENV_VAR_NAME])
+        _GLOBAL_CONFIG_DICT = _config_mapping(loaded, NEMO_GYM_CONFIG_DICT_ENV_VAR_NAME)
     return _GLOBAL_CONFIG_DICT
+
+
+def _config_mapping(loaded: DictConfig | ListConfig, source: str) -> DictConfig:
+    """A config must be a mapping: a list is a one-line error here, not an AttributeError in a later lookup."""
+    if not isinstance(loaded, DictConfig):
+        raise ConfigError(f"{source} must hold a mapping of config keys, got a list")
+    return loaded
 
 
 def set_global_config_dict(config: DictConfig | dict[str, Any]) -> None:
@@ -235,7 +245,7 @@ def reset_global_config_dict() -> None:
 def get_server_instance_configs(config: DictConfig | None = None) -> list[ServerInstanceConfig]:
     """Every server instance defined in a resolved config (default: the global one)."""
     config = get_global_config_dict() if config is None else config
-    instances, _ = find_server_instances(OmegaConf.to_container(config, resolve=True))
+    instances, _ = find_server_instances(plain_dict(config))
     return instances
 
 

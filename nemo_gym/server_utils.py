@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from nemo_gym.config.ports import LISTEN_FD_ENV_VAR
 from nemo_gym.config.server_models import SERVER_TYPES, BaseRunServerInstanceConfig, BaseServerConfig
+from nemo_gym.config.tree import plain_dict
 from nemo_gym.errors import ConfigError
 from nemo_gym.global_config import (
     DEFAULT_HEAD_SERVER_PORT,
@@ -203,7 +204,7 @@ class ServerClient(BaseModel):
         server_type = next((t for t in SERVER_TYPES if isinstance(block, DictConfig) and t in block), None)
         if server_type is None:
             names = [
-                k
+                str(k)
                 for k, v in self.global_config_dict.items()
                 if isinstance(v, DictConfig) and set(v) & set(SERVER_TYPES)
             ]
@@ -238,7 +239,10 @@ def fetch_config_from_head_server(head: BaseServerConfig, timeout_s: float = 10.
             f"cannot reach the head server at {head.host}:{head.port} ({e}). Start the servers with `gym env start`, "
             f"or set {HEAD_SERVER_URL_ENV_VAR}"
         ) from e
-    return OmegaConf.create(body if isinstance(body, str) else json.dumps(body))
+    config = OmegaConf.create(body if isinstance(body, str) else json.dumps(body))
+    if not isinstance(config, DictConfig):
+        raise ConfigError(f"the head server at {head.host}:{head.port} sent a config that is not a mapping")
+    return config
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -368,8 +372,10 @@ class SimpleServer(BaseServer):
         server_type = next((t for t in SERVER_TYPES if isinstance(block, DictConfig) and t in block), None)
         if server_type is None:
             raise ConfigError(f"server instance {name!r} is not in the config handed to this process")
-        inner = OmegaConf.to_container(next(iter(block[server_type].values())), resolve=True)
+        inner = plain_dict(next(iter(block[server_type].values())))
         config_type = cls.model_fields["config"].annotation
+        if not (isinstance(config_type, type) and issubclass(config_type, BaseRunServerInstanceConfig)):
+            raise TypeError(f"{cls.__name__}.config must be annotated with a BaseRunServerInstanceConfig subclass")
         return config_type.model_validate({**inner, "name": name})
 
     @classmethod

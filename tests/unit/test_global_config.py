@@ -484,6 +484,16 @@ def test_child_servers_read_the_launchers_config_file(workdir, monkeypatch):
     assert global_config.get_global_config_dict(["+x=ignored"]).x == "from-launcher"
 
 
+def test_a_handed_down_config_that_is_a_list_is_a_config_error(workdir, monkeypatch):
+    monkeypatch.setenv("NEMO_GYM_CONFIG_DICT", "[1, 2]")
+    with pytest.raises(ConfigError, match="NEMO_GYM_CONFIG_DICT must hold a mapping"):
+        global_config.maybe_get_global_config_dict()
+    monkeypatch.delenv("NEMO_GYM_CONFIG_DICT")
+    monkeypatch.setenv("NEMO_GYM_CONFIG_FILE", str(write(workdir / "resolved.yaml", "- a\n- b\n")))
+    with pytest.raises(ConfigError, match="resolved.yaml must hold a mapping"):
+        global_config.get_server_instance_configs()
+
+
 def test_masking_hides_secret_keys_and_their_copies_but_not_token_counts(workdir):
     config = parse(["+policy_api_key=sk-123456", "+max_tokens=64", "+copied=${policy_api_key}", "+hf_token=hf_abcd"])
     text = global_config.masked_config_yaml(config)
