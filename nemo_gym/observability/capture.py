@@ -298,7 +298,8 @@ def build_model_call_record(exchange: dict[str, Any], *, call_index: int) -> Mod
     tool_calls, reasoning = _tool_calls_and_reasoning(body)
     choices = body.get("choices")
     first_choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
-    incomplete = body.get("incomplete_details") if isinstance(body.get("incomplete_details"), dict) else {}
+    details = body.get("incomplete_details")
+    incomplete = details if isinstance(details, dict) else {}
     finish = (body.get("stop_reason"), first_choice.get("finish_reason"), incomplete.get("reason"))
     model = body.get("model") or sent.get("model")
     return ModelCallRecord(

@@ -35,6 +35,7 @@ from nemo_gym.observability.records import (
     TrajectoryTokenStats,
     TrajectoryToolCall,
 )
+from nemo_gym.openai_utils import NeMoGymFunctionCallOutput
 from nemo_gym.row_fields import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
 
 logger = logging.getLogger(__name__)
@@ -158,7 +159,7 @@ def _merge_tool_calls(
         (invocation.invocation_id, item.call_id): item.output
         for invocation in invocations
         for item in invocation.conversation
-        if getattr(item, "type", None) == "function_call_output"
+        if isinstance(item, NeMoGymFunctionCallOutput)
     }
     merged = {(tool.invocation_id, tool.tool_call_id): tool.model_dump(mode="json") for tool in tools}
     for observation in observed:
@@ -208,7 +209,8 @@ def build_trajectory_record(row: dict[str, Any], result: dict[str, Any]) -> Traj
             if observed:
                 tools = _merge_tool_calls(tools, observed, invocations)
 
-    capture = result.get(CAPTURE_KEY) if isinstance(result.get(CAPTURE_KEY), dict) else {}
+    captured = result.get(CAPTURE_KEY)
+    capture = captured if isinstance(captured, dict) else {}
     positions = {call.model_call_id: i for i, call in enumerate(model_calls) if call.model_call_id is not None}
     for raw in capture.get("calls") or []:
         if not isinstance(raw, dict):
