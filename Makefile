@@ -34,19 +34,22 @@ demo: setup
 		--output results/demo/weather_rollouts.jsonl \
 		--temperature 0.2 --max-output-tokens 128
 
-# The core suite, then every server's own tests in its own venv plus the data checks (gym env test = ng_test_all).
+# Lint and type check ([tool.mypy] in pyproject.toml says what), the core suite, then every server's own tests in its
+# own venv plus the data checks (gym env test = ng_test_all).
 test: setup
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
 	$(BIN)/gym env test
 
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 format: setup
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
 clean:
-	rm -rf $(VENV) results cache .pytest_cache
+	rm -rf $(VENV) results cache .pytest_cache .mypy_cache
