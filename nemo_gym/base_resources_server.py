@@ -14,15 +14,15 @@ from fastapi import Body, FastAPI
 from pydantic import BaseModel, ConfigDict
 
 from nemo_gym.config.server_models import BaseRunServerInstanceConfig
-from nemo_gym.judge import judge_failsafe
+from nemo_gym.judge import judge_failsafe as _judge_failsafe
 from nemo_gym.metrics import (
     AggregateMetrics,
     AggregateMetricsRequest,
     aggregate_verify_responses,
-    aggregate_with_hooks,
-    default_key_metrics,
 )
-from nemo_gym.observability.correlation import RolloutContextMiddleware
+from nemo_gym.metrics import aggregate_with_hooks as _aggregate_with_hooks
+from nemo_gym.metrics import default_key_metrics as _default_key_metrics
+from nemo_gym.observability.correlation import RolloutContextMiddleware as _RolloutContextMiddleware
 from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParamsNonStreaming
 from nemo_gym.server_utils import SimpleServer
 
@@ -109,10 +109,10 @@ class MetricsHooks:
 
     def get_key_metrics(self, agent_metrics: dict[str, Any]) -> dict[str, Any]:
         """The headline metrics picked from the agent metrics (default: mean reward, pass@1, largest majority@k)."""
-        return default_key_metrics(agent_metrics)
+        return _default_key_metrics(agent_metrics)
 
     def _aggregate_with_hooks(self, rows: list[dict[str, Any]]) -> AggregateMetrics:
-        return aggregate_with_hooks(rows, self.compute_metrics, self.get_key_metrics)
+        return _aggregate_with_hooks(rows, self.compute_metrics, self.get_key_metrics)
 
 
 class SimpleResourcesServer(MetricsHooks, SimpleServer):
@@ -123,9 +123,9 @@ class SimpleResourcesServer(MetricsHooks, SimpleServer):
         answers a ``judge_failed`` failure row rather than an error. ``/ng-rollout/<id>/...`` paths are routed as
         the path after the prefix."""
         app = super().setup_webserver()
-        app.add_middleware(RolloutContextMiddleware)
+        app.add_middleware(_RolloutContextMiddleware)
         app.post("/seed_session")(self.seed_session)
-        app.post("/verify")(judge_failsafe(self.verify))
+        app.post("/verify")(_judge_failsafe(self.verify))
         app.post("/aggregate_metrics")(self.aggregate_metrics)
         app.get("/reverify_mode")(self.get_reverify_mode)
         return app

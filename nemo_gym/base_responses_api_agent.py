@@ -18,16 +18,11 @@ from typing import Any
 import orjson
 from fastapi import Body, FastAPI, Request, Response
 
-from nemo_gym.base_resources_server import BaseRunRequest, BaseVerifyResponse, MetricsHooks
+from nemo_gym.base_resources_server import BaseRunRequest, BaseVerifyResponse
+from nemo_gym.base_resources_server import MetricsHooks as _MetricsHooks
 from nemo_gym.config.server_models import BaseRunServerInstanceConfig
 from nemo_gym.metrics import AggregateMetrics, AggregateMetricsRequest, aggregate_verify_responses
-from nemo_gym.observability.correlation import (
-    TOKEN_CAPTURE_PATH_SEGMENT,
-    apply_rollout_prefix,
-    rollout_context,
-    rollout_id_from_run_body,
-    rollout_path_prefix,
-)
+from nemo_gym.observability import correlation as _correlation
 from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParamsNonStreaming
 from nemo_gym.server_utils import SimpleServer
 
@@ -53,7 +48,7 @@ class BaseResponsesAPIAgentConfig(BaseRunServerInstanceConfig):
     skip_verification_reward: float = 0.0
 
 
-class SimpleResponsesAPIAgent(MetricsHooks, SimpleServer):
+class SimpleResponsesAPIAgent(_MetricsHooks, SimpleServer):
     config: BaseResponsesAPIAgentConfig
 
     def setup_webserver(self) -> FastAPI:
@@ -75,7 +70,7 @@ class SimpleResponsesAPIAgent(MetricsHooks, SimpleServer):
         @functools.wraps(run)
         async def run_in_context(*args: Any, **kwargs: Any) -> Any:
             body = kwargs.get("body", next((a for a in args if isinstance(a, BaseRunRequest)), None))
-            with rollout_context(self.rollout_id_from_run(body)):
+            with _correlation.rollout_context(self.rollout_id_from_run(body)):
                 return await run(*args, **kwargs)
 
         return run_in_context
@@ -86,28 +81,30 @@ class SimpleResponsesAPIAgent(MetricsHooks, SimpleServer):
 
     def rollout_id_from_run(self, body: Any) -> str | None:
         """The rollout id of a ``/run`` body when model calls are captured; None otherwise or without indices."""
-        return rollout_id_from_run_body(body) if self._model_call_capture_enabled() else None
+        return _correlation.rollout_id_from_run_body(body) if self._model_call_capture_enabled() else None
 
     def url_path_for_run(self, url_path: str, body: Any) -> str:
         """``url_path`` for this rollout's model calls: ``/ng-rollout/<id>`` + path when captured, else unchanged."""
-        return rollout_path_prefix(self.rollout_id_from_run(body)) + url_path
+        return _correlation.rollout_path_prefix(self.rollout_id_from_run(body)) + url_path
 
     def base_url_for_run(self, base_url: str, body: Any) -> str:
         """A model server's root URL with this rollout's prefix (append ``/v1`` after it)."""
-        return apply_rollout_prefix(base_url, self.rollout_id_from_run(body))
+        return _correlation.apply_rollout_prefix(base_url, self.rollout_id_from_run(body))
 
     def url_path_for_request(self, url_path: str, request: Request | None) -> str:
         """``url_path`` with the rollout prefix of the request being served (a prefixed self-call), if any."""
         path_params = getattr(request, "path_params", None)
         rollout_id = path_params.get("rollout_id") if isinstance(path_params, Mapping) else None
         request_path = getattr(getattr(request, "url", None), "path", "")
-        token_capture = f"/{TOKEN_CAPTURE_PATH_SEGMENT}/" in request_path
-        return rollout_path_prefix(rollout_id, token_capture=token_capture) + url_path
+        token_capture = f"/{_correlation.TOKEN_CAPTURE_PATH_SEGMENT}/" in request_path
+        return _correlation.rollout_path_prefix(rollout_id, token_capture=token_capture) + url_path
 
     def resolve_model_base_url(self, model_server_name: str, rollout_id: str | None = None) -> str:
         """``http://host:port[/ng-rollout/<id>]/v1`` of a model server, for agents that hand a base URL to an
         OpenAI-compatible client."""
-        return f"{apply_rollout_prefix(self.server_client.server_base_url(model_server_name), rollout_id)}/v1"
+        return (
+            f"{_correlation.apply_rollout_prefix(self.server_client.server_base_url(model_server_name), rollout_id)}/v1"
+        )
 
     async def responses(
         self, request: Request, response: Response, body: NeMoGymResponseCreateParamsNonStreaming

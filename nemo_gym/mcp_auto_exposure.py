@@ -12,7 +12,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from nemo_gym.base_resources_server import NEMO_GYM_MCP_METADATA_KEY
-from nemo_gym.errors import ConfigError
+from nemo_gym.errors import ConfigError as _ConfigError
 
 __all__ = ["MCP_CONFIG_KEY", "NEMO_GYM_MCP_METADATA_KEY", "maybe_auto_expose"]
 
@@ -24,6 +24,6 @@ def maybe_auto_expose(server: Any, app: FastAPI) -> dict[str, Any] | None:
     if not getattr(getattr(server, "config", None), MCP_CONFIG_KEY, False):
         return None
     name = getattr(getattr(server, "config", None), "name", None) or type(server).__name__
-    raise ConfigError(
+    raise _ConfigError(
         f"{name}: {MCP_CONFIG_KEY}: true is not supported yet (tools cannot be served over MCP); set it to false"
     )

@@ -15,8 +15,8 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, Field
 
-from nemo_gym.config.roots import candidate_paths, find_path
-from nemo_gym.errors import ConfigError
+from nemo_gym.config import roots as _roots
+from nemo_gym.errors import ConfigError as _ConfigError
 
 __all__ = [
     "SKILL_MD_FILENAME",
@@ -34,7 +34,7 @@ SKILL_MD_FILENAME = "SKILL.md"
 _HASH_LENGTH = 12
 
 
-class SkillsError(ConfigError, ValueError):
+class SkillsError(_ConfigError, ValueError):
     """A skills directory or ``SKILL.md`` that cannot be used (also a ``ValueError``, as in NeMo Gym)."""
 
 
@@ -58,7 +58,7 @@ class SkillsConfig(BaseModel):
 
 def _resolve(path: str) -> Path:
     """``path`` looked up like other config paths (search roots, cwd, install root); the first candidate if absent."""
-    return find_path(path) or candidate_paths(path)[0]
+    return _roots.find_path(path) or _roots.candidate_paths(path)[0]
 
 
 def hash_skill_dir(root: Path) -> str:
