@@ -29,7 +29,7 @@ from nemo_gym.config.ports import probe_free_port as _probe_free_port
 from nemo_gym.config.secrets import mask_secrets
 from nemo_gym.config.server_models import ServerInstanceConfig
 from nemo_gym.config.servers import find_server_instances
-from nemo_gym.config.tree import plain_dict
+from nemo_gym.config.tree import plain_dict as _plain_dict
 from nemo_gym.errors import ConfigError
 from nemo_gym.metrics import ROLLOUT_INDEX_KEY_NAME, TASK_INDEX_KEY_NAME
 from nemo_gym.row_fields import ATTEMPT_INDEX_KEY as ATTEMPT_INDEX_KEY_NAME
@@ -245,7 +245,7 @@ def reset_global_config_dict() -> None:
 def get_server_instance_configs(config: DictConfig | None = None) -> list[ServerInstanceConfig]:
     """Every server instance defined in a resolved config (default: the global one)."""
     config = get_global_config_dict() if config is None else config
-    instances, _ = find_server_instances(plain_dict(config))
+    instances, _ = find_server_instances(_plain_dict(config))
     return instances
 
 

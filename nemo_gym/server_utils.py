@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from nemo_gym.config.ports import LISTEN_FD_ENV_VAR
 from nemo_gym.config.server_models import SERVER_TYPES, BaseRunServerInstanceConfig, BaseServerConfig
-from nemo_gym.config.tree import plain_dict
+from nemo_gym.config.tree import plain_dict as _plain_dict
 from nemo_gym.errors import ConfigError
 from nemo_gym.global_config import (
     DEFAULT_HEAD_SERVER_PORT,
@@ -372,7 +372,7 @@ class SimpleServer(BaseServer):
         server_type = next((t for t in SERVER_TYPES if isinstance(block, DictConfig) and t in block), None)
         if server_type is None:
             raise ConfigError(f"server instance {name!r} is not in the config handed to this process")
-        inner = plain_dict(next(iter(block[server_type].values())))
+        inner = _plain_dict(next(iter(block[server_type].values())))
         config_type = cls.model_fields["config"].annotation
         if not (isinstance(config_type, type) and issubclass(config_type, BaseRunServerInstanceConfig)):
             raise TypeError(f"{cls.__name__}.config must be annotated with a BaseRunServerInstanceConfig subclass")
