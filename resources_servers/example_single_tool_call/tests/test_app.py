@@ -51,6 +51,7 @@ def test_routes_and_sessions():
     answer = client.post("/get_weather", json={"city": "Paris"})
     assert answer.json()["city"] == "Paris"
     assert answer.headers["set-cookie"].startswith("ExampleSingleToolCallResourcesServer___=")
-    assert "set-cookie" not in client.get("/").headers  # the session cookie came back, so it is kept
+    # The session cookie came back, so it is kept: every response re-sends the same one (as NeMo Gym's servers do).
+    assert client.get("/").headers["set-cookie"] == answer.headers["set-cookie"]
     assert client.post("/get_weather", json={}).status_code == 422
     assert client.get("/reverify_mode").json() == "stateless"  # verify reads only the transcript
