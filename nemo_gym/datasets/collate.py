@@ -268,7 +268,8 @@ def collate(settings: CollateConfig, global_config: DictConfig | Mapping[str, An
         seen_metrics: set[Path] = set()
         for job in jobs:
             statistics, written, problems = process_dataset(job, writers[job.dataset.type])
-            metrics_path = metrics_path_for(job.path)  # type: ignore[arg-type]
+            assert job.path is not None, "locate_datasets found every file or raised"
+            metrics_path = metrics_path_for(job.path)
             metrics_file = None
             if metrics_path not in seen_metrics:
                 seen_metrics.add(metrics_path)

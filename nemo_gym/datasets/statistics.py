@@ -85,13 +85,10 @@ class RunningStats:
         delta = value - self.mean
         self.mean += delta * weight / total
         self.m2 += delta * delta * self.count * weight / total
-        if self.count == 0:
-            self.minimum = self.maximum = value
-        else:
-            if value < self.minimum:  # type: ignore[operator]
-                self.minimum = value
-            if value > self.maximum:  # type: ignore[operator]
-                self.maximum = value
+        if self.minimum is None or value < self.minimum:
+            self.minimum = value
+        if self.maximum is None or value > self.maximum:
+            self.maximum = value
         self.count = total
 
     def merge(self, other: RunningStats) -> None:
@@ -106,8 +103,10 @@ class RunningStats:
         self.mean += delta * other.count / total
         self.m2 += other.m2 + delta * delta * self.count * other.count / total
         self.count = total
-        self.minimum = min(self.minimum, other.minimum)  # type: ignore[type-var]
-        self.maximum = max(self.maximum, other.maximum)  # type: ignore[type-var]
+        if other.minimum is not None and (self.minimum is None or other.minimum < self.minimum):
+            self.minimum = other.minimum
+        if other.maximum is not None and (self.maximum is None or other.maximum > self.maximum):
+            self.maximum = other.maximum
 
     @property
     def std(self) -> float | None:
