@@ -109,7 +109,7 @@ class GymnasiumServer(SimpleServer):
         app.post("/step")(self.step)
         app.post("/close")(self.close)
         app.post("/aggregate_metrics")(self.aggregate_metrics)
-        app.get("/reverify_mode")(self.get_reverify_mode)
+        app.get("/reverify_mode")(self.reverify_mode)
         return app
 
     # --- to implement -------------------------------------------------------------------------------------------
@@ -152,7 +152,7 @@ class GymnasiumServer(SimpleServer):
         return ReverifyMode(self.config.REVERIFY_MODE)
 
     async def reverify_mode(self) -> ReverifyMode:
-        """The same as :meth:`get_reverify_mode`."""
+        """The route: :meth:`get_reverify_mode` (NeMo Gym's name; override either)."""
         return await self.get_reverify_mode()
 
     @property

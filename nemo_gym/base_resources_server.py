@@ -127,7 +127,7 @@ class SimpleResourcesServer(MetricsHooks, SimpleServer):
         app.post("/seed_session")(self.seed_session)
         app.post("/verify")(_judge_failsafe(self.verify))
         app.post("/aggregate_metrics")(self.aggregate_metrics)
-        app.get("/reverify_mode")(self.get_reverify_mode)
+        app.get("/reverify_mode")(self.reverify_mode)
         return app
 
     async def seed_session(self, body: BaseSeedSessionRequest) -> BaseSeedSessionResponse:
@@ -145,5 +145,5 @@ class SimpleResourcesServer(MetricsHooks, SimpleServer):
         return ReverifyMode(self.config.REVERIFY_MODE)
 
     async def reverify_mode(self) -> ReverifyMode:
-        """The same as :meth:`get_reverify_mode` (NeMo Gym's name)."""
+        """The route: :meth:`get_reverify_mode` (NeMo Gym's name; override either)."""
         return await self.get_reverify_mode()

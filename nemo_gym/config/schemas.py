@@ -26,7 +26,7 @@ import importlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, ForwardRef, get_args
+from typing import Annotated, Any, ForwardRef, Literal, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, create_model
 from pydantic.fields import FieldInfo
@@ -253,6 +253,9 @@ class _Reader:
 
     def _compute(self, module: _Module, name: str) -> Any:
         if name in module.classes:
+            members = _enum_values(module.classes[name])
+            if members is not None:  # an enum field takes its members' values, as pydantic validates it
+                return Literal[members]
             info = self.class_info(module, name)
             return info.model
         if name in module.assigns:
@@ -435,7 +438,21 @@ def _real_class_info(cls: type[BaseModel]) -> _ClassInfo:
 def _has_forward_ref(annotation: Any, depth: int = 0) -> bool:
     if isinstance(annotation, (str, ForwardRef)):
         return True
+    if get_origin(annotation) is Literal:  # its arguments are values, not names
+        return False
     return depth < 10 and any(_has_forward_ref(arg, depth + 1) for arg in get_args(annotation))
+
+
+def _enum_values(node: ast.ClassDef) -> tuple[Any, ...] | None:
+    """The member values of a class deriving from ``Enum`` (``StrEnum``, ``IntEnum``, ...), None for any other class."""
+    base_names = {base.id if isinstance(base, ast.Name) else getattr(base, "attr", "") for base in node.bases}
+    if not base_names & {"Enum", "StrEnum", "IntEnum"}:
+        return None
+    return tuple(
+        statement.value.value
+        for statement in node.body
+        if isinstance(statement, ast.Assign) and isinstance(statement.value, ast.Constant)
+    )
 
 
 def _is_class_var(annotation: ast.expr) -> bool:

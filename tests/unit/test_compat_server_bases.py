@@ -122,3 +122,34 @@ def test_mcp_exposure_is_off_unless_asked_and_refused_when_asked() -> None:
     server.config.name = "weather"
     with pytest.raises(ConfigError, match="weather: expose_tools_over_mcp"):
         maybe_auto_expose(server, MagicMock())
+
+
+def test_either_reverify_mode_method_can_be_overridden() -> None:
+    class _Upstream(_Server):
+        async def get_reverify_mode(self) -> ReverifyMode:  # NeMo Gym's name
+            return ReverifyMode.UNSUPPORTED
+
+    class _Ours(_Server):
+        async def reverify_mode(self) -> ReverifyMode:
+            return ReverifyMode.UNKNOWN
+
+    assert _client(_Upstream).get("/reverify_mode").json() == "unsupported"
+    assert _client(_Ours).get("/reverify_mode").json() == "unknown"
+
+
+def test_a_config_field_typed_by_an_enum_takes_its_values(tmp_path: Path) -> None:
+    from nemo_gym.config.schemas import find_server_schema
+
+    (tmp_path / "app.py").write_text(
+        "from enum import StrEnum\n"
+        "from nemo_gym.base_resources_server import BaseResourcesServerConfig, SimpleResourcesServer\n"
+        "class Mode(StrEnum):\n    A = 'a'\n    B = 'b'\n"
+        "class Config(BaseResourcesServerConfig):\n    mode: Mode = Mode.A\n"
+        "class Server(SimpleResourcesServer):\n    config: Config\n"
+    )
+    schema = find_server_schema(tmp_path, "app.py")
+    assert schema is not None
+    model = schema.model()
+    assert model.model_validate({**_SERVER, "mode": "b"}).mode == "b"  # type: ignore[attr-defined]
+    with pytest.raises(ValueError):
+        model.model_validate({**_SERVER, "mode": "c"})
