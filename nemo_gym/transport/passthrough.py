@@ -81,7 +81,8 @@ def check_status(
     """Raise :class:`ServerRequestError` for a non-2xx response, else hand the response back when awaited.
 
     A response whose body is already read fails at once, awaited or not. One whose body is unread (from
-    :func:`request`) can only fail once the body is read, so its error comes with the ``await``; a caller that
+    :func:`request`) can only fail once the body is read, so its error comes with the ``await``, and it is the
+    response's own (aiohttp's ``ClientResponseError``), as in NeMo Gym; a caller that
     forgets the ``await`` gets Python's "coroutine was never awaited" warning rather than silence.
     """
     status = resp.status
@@ -96,5 +97,13 @@ def check_status(
 async def _raise_after_reading(
     resp: aiohttp.ClientResponse, server_name: str | None, url_path: str | None
 ) -> aiohttp.ClientResponse:
+    """NeMo Gym's order: read the body, then the response's own ``raise_for_status()`` raises (aiohttp's
+    ``ClientResponseError``, or whatever a test double raises) with the body kept as ``response_content``."""
     body = await resp.read()
-    raise status_error(resp, body if isinstance(body, bytes) else None, server_name, url_path)
+    content = body if isinstance(body, bytes) else None
+    try:
+        resp.raise_for_status()
+    except aiohttp.ClientResponseError as exc:
+        exc.response_content = content  # type: ignore[attr-defined]  # NeMo Gym's extra attribute
+        raise
+    raise status_error(resp, content, server_name, url_path)  # a response whose own check let it pass

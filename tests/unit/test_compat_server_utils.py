@@ -108,12 +108,31 @@ async def test_await_raise_for_status_passes_a_2xx_and_hands_the_response_back()
             raise_for_status(read)
 
 
-async def test_raise_for_status_on_an_unread_error_reads_the_body_into_the_message() -> None:
+async def test_raise_for_status_on_an_unread_error_reads_the_body_then_raises_aiohttps_error() -> None:
+    """NeMo Gym's order: the body is read first, then the response's own check raises, the body kept on the error."""
     async with serve(web.get("/busy", refuse)) as url:
         resp = await request("GET", f"{url}/busy")
-        with pytest.raises(ServerRequestError, match="HTTP 429.*slow down, please") as caught:
+        with pytest.raises(aiohttp.ClientResponseError) as caught:
             await raise_for_status(resp)
-        assert caught.value.status == 429 and caught.value.url_path == "/busy"
+        assert caught.value.status == 429
+        assert b"slow down, please" in caught.value.response_content  # type: ignore[attr-defined]
+
+
+async def test_raise_for_status_lets_a_test_doubles_own_error_through() -> None:
+    """Environments' tests fake the response; whatever its ``raise_for_status()`` raises is what the caller sees."""
+
+    class FakeResponse:
+        ok = False
+        status = 500
+
+        async def read(self) -> bytes:
+            return b'{"error": "model down"}'
+
+        def raise_for_status(self) -> None:
+            raise RuntimeError("model server unavailable")
+
+    with pytest.raises(RuntimeError, match="model server unavailable"):
+        await raise_for_status(FakeResponse())  # type: ignore[arg-type]
 
 
 async def test_raise_for_status_on_a_read_error_raises_even_without_await() -> None:
