@@ -143,13 +143,19 @@ NeMoGymFunctionCallOutputContent = Annotated[
 # ----------------------------------------------------------------------------------------------------------------------
 
 
+def _is_none(value: object) -> bool:
+    """Fields that newer OpenAI APIs added are left out of a dump while unset, so what an environment written for
+    NeMo Gym (on openai 2.7) reads and compares has exactly the keys it expects."""
+    return value is None
+
+
 class NeMoGymEasyInputMessage(NeMoGymStrictModel):
     """The shorthand message most datasets use: a role plus a string or a list of parts."""
 
     role: Literal["user", "assistant", "system", "developer"]
     content: str | list[NeMoGymEasyInputContent]
     type: Literal["message"] = "message"
-    phase: Literal["commentary", "final_answer"] | None = None
+    phase: Literal["commentary", "final_answer"] | None = Field(default=None, exclude_if=_is_none)  # see _is_none
 
 
 class NeMoGymMessage(NeMoGymStrictModel):
@@ -169,7 +175,7 @@ class NeMoGymResponseOutputMessage(NeMoGymStrictModel):
     content: list[NeMoGymResponseOutputContent]
     status: ItemStatus = "completed"
     type: Literal["message"] = "message"
-    phase: Literal["commentary", "final_answer"] | None = None
+    phase: Literal["commentary", "final_answer"] | None = Field(default=None, exclude_if=_is_none)  # see _is_none
 
 
 class NeMoGymResponseFunctionToolCall(NeMoGymStrictModel):
@@ -211,7 +217,9 @@ class NeMoGymResponseReasoningItem(NeMoGymStrictModel):
     summary: list[NeMoGymSummary]
     content: list[NeMoGymReasoningContent] | None = None
     encrypted_content: str | None = None
-    status: ItemStatus | None = None
+    # Accepted, never sent on: OpenAI's API refuses a reasoning item's status when it is replayed in a later request,
+    # and NeMo Gym's reasoning item has no status at all.
+    status: ItemStatus | None = Field(default=None, exclude=True)
 
 
 class NeMoGymResponseOutputMessageForTraining(TokenIDLogProbMixin, NeMoGymResponseOutputMessage):
@@ -473,6 +481,9 @@ class NeMoGymResponse(NeMoGymLenientModel):
     truncation: Literal["auto", "disabled"] | None = None
     user: str | None = None
     background: bool | None = None
+    conversation: dict[str, Any] | None = None
+    prompt_cache_key: str | None = None
+    safety_identifier: str | None = None
 
     @property
     def output_text(self) -> str:

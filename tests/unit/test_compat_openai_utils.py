@@ -182,3 +182,33 @@ def test_usage_detail_reads_the_nested_count_then_the_provider_aliases() -> None
     model = NeMoGymCompletionUsage(prompt_tokens=1, completion_tokens=2, total_tokens=3, reasoning_output_tokens=5)
     assert _usage_detail(model, "completion_tokens_details", "reasoning_tokens", "reasoning_output_tokens") == 5
     assert VLLMConverterResponsesToChatCompletionsState().has_items is False
+
+
+def test_dumps_have_the_keys_nemo_gym_environments_compare_against() -> None:
+    """Environments written for NeMo Gym compare whole dumps: fields newer APIs added are left out while unset, a
+    reasoning item's status is never sent on (OpenAI refuses it when replayed), and the response has the top-level
+    fields of NeMo Gym's (conversation, prompt_cache_key, safety_identifier)."""
+    from nemo_gym.openai_utils import (
+        NeMoGymEasyInputMessage,
+        NeMoGymResponse,
+        NeMoGymResponseOutputMessage,
+        NeMoGymResponseOutputText,
+        NeMoGymResponseReasoningItem,
+        NeMoGymSummary,
+    )
+
+    assert NeMoGymEasyInputMessage(role="user", content="hi").model_dump() == {
+        "role": "user",
+        "content": "hi",
+        "type": "message",
+    }
+    said = NeMoGymEasyInputMessage(role="assistant", content="ok", phase="final_answer").model_dump()
+    assert said["phase"] == "final_answer"  # a phase that was given is kept
+    message = NeMoGymResponseOutputMessage(id="m", content=[NeMoGymResponseOutputText(text="x", annotations=[])])
+    assert "phase" not in message.model_dump()
+    thought = NeMoGymResponseReasoningItem(id="r", summary=[NeMoGymSummary(text="t")], status="completed")
+    assert thought.status == "completed" and "status" not in thought.model_dump()
+    response = NeMoGymResponse(id="resp", created_at=0, model="m", output=[message, thought])
+    dumped = response.model_dump()
+    assert {"conversation", "prompt_cache_key", "safety_identifier"} <= dumped.keys()
+    assert NeMoGymResponse.model_validate(dumped).model_dump() == dumped
