@@ -111,6 +111,15 @@ def coerce_config(value: C | Mapping[str, Any] | None, config_class: type[C]) ->
     raise TypeError(f"{config_class.__name__} must be a mapping or {config_class.__name__} instance")
 
 
+def check_exec_limits(default_timeout_s: float | None, concurrency: int) -> None:
+    """The ``exec:`` limits every container provider shares: a positive default timeout (or none) and at least one
+    command at a time."""
+    if default_timeout_s is not None and default_timeout_s <= 0:
+        raise ValueError("exec.default_timeout_s must be > 0")
+    if concurrency < 1:
+        raise ValueError("exec.concurrency must be >= 1")
+
+
 @dataclass(frozen=True)
 class ProbeConfig:
     """The check run right after create: ``command`` must exit 0 (and print ``expected_stdout``) ``stable_count``

@@ -34,7 +34,14 @@ from nemo_gym.sandbox.providers.base import (
     SandboxSpec,
     SandboxStatus,
 )
-from nemo_gym.sandbox.providers.process import ProbeConfig, ProcessOutput, coerce_config, run_process, wait_until_ready
+from nemo_gym.sandbox.providers.process import (
+    ProbeConfig,
+    ProcessOutput,
+    check_exec_limits,
+    coerce_config,
+    run_process,
+    wait_until_ready,
+)
 
 __all__ = [
     "ApptainerCreateConfig",
@@ -108,10 +115,7 @@ class ApptainerExecConfig:
     concurrency: int = 32
 
     def __post_init__(self) -> None:
-        if self.default_timeout_s is not None and self.default_timeout_s <= 0:
-            raise ValueError("exec.default_timeout_s must be > 0")
-        if self.concurrency < 1:
-            raise ValueError("exec.concurrency must be >= 1")
+        check_exec_limits(self.default_timeout_s, self.concurrency)
 
 
 @dataclass(frozen=True)

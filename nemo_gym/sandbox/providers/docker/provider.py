@@ -33,7 +33,14 @@ from nemo_gym.sandbox.providers.base import (
     SandboxSpec,
     SandboxStatus,
 )
-from nemo_gym.sandbox.providers.process import ProbeConfig, ProcessOutput, coerce_config, run_process, wait_until_ready
+from nemo_gym.sandbox.providers.process import (
+    ProbeConfig,
+    ProcessOutput,
+    check_exec_limits,
+    coerce_config,
+    run_process,
+    wait_until_ready,
+)
 
 __all__ = [
     "DockerCreateConfig",
@@ -117,10 +124,7 @@ class DockerExecConfig:
     exec_shell: str | None = None
 
     def __post_init__(self) -> None:
-        if self.default_timeout_s is not None and self.default_timeout_s <= 0:
-            raise ValueError("exec.default_timeout_s must be > 0")
-        if self.concurrency < 1:
-            raise ValueError("exec.concurrency must be >= 1")
+        check_exec_limits(self.default_timeout_s, self.concurrency)
         if self.exec_shell is not None and not self.exec_shell:
             raise ValueError("exec.exec_shell must be null (auto) or a non-empty shell name/path")
 
