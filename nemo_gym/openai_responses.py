@@ -423,23 +423,28 @@ class NeMoGymResponseUsage(NeMoGymLenientModel):
     total_tokens: int
 
 
+_SUMMED_USAGE_FIELDS: tuple[tuple[str | None, tuple[str, ...]], ...] = (
+    (None, ("input_tokens", "output_tokens", "total_tokens")),
+    ("input_tokens_details", ("cached_tokens", "cache_write_tokens")),
+    ("output_tokens_details", ("reasoning_tokens",)),
+)
+"""Where the integer counts of a usage live (None: on the usage itself), for :func:`accumulate_response_usage`."""
+
+
 def accumulate_response_usage(
     total: NeMoGymResponseUsage | None, additional: NeMoGymResponseUsage | None
 ) -> NeMoGymResponseUsage | None:
     """The usage of several model calls of one rollout added up (top-level counts and their details); ``total`` is
     left untouched, and None stands for "no usage yet" on either side."""
-    if additional is None:
-        return total
-    if total is None:
-        return additional.model_copy(deep=True)
-    result = total.model_copy(deep=True)
-    result.input_tokens += additional.input_tokens
-    result.output_tokens += additional.output_tokens
-    result.total_tokens += additional.total_tokens
-    result.input_tokens_details.cached_tokens += additional.input_tokens_details.cached_tokens
-    result.input_tokens_details.cache_write_tokens += additional.input_tokens_details.cache_write_tokens
-    result.output_tokens_details.reasoning_tokens += additional.output_tokens_details.reasoning_tokens
-    return result
+    if additional is None or total is None:
+        return total if additional is None else additional.model_copy(deep=True)
+    summed = total.model_copy(deep=True)
+    for part, names in _SUMMED_USAGE_FIELDS:
+        into = summed if part is None else getattr(summed, part)
+        extra = additional if part is None else getattr(additional, part)
+        for name in names:
+            setattr(into, name, getattr(into, name) + getattr(extra, name))
+    return summed
 
 
 class NeMoGymIncompleteDetails(NeMoGymLenientModel):
