@@ -15,9 +15,10 @@ import fcntl
 import logging
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 from uuid import uuid4
 
 import orjson
@@ -68,68 +69,83 @@ def capture_dirs_from_config(global_config: Any) -> list[Path]:
 
 
 class CaptureStore:
-    """Append-only JSONL per rollout id. Appends are ``flock``-ed and fsync-ed: call them off the event loop."""
+    """A directory of per-rollout capture files; every write takes an exclusive ``flock`` and is fsync-ed.
+
+    The calls block on disk, so the middleware runs them in a worker thread.
+    """
+
+    _EXCHANGES_SUFFIX = ".capture.jsonl"
+    _UNFINISHED_SUFFIX = ".capture.incomplete"
 
     def __init__(self, root: str | Path) -> None:
-        self._root = Path(root)
-        self._root.mkdir(parents=True, exist_ok=True)
+        directory = Path(root)
+        directory.mkdir(parents=True, exist_ok=True)
+        self._directory = directory
 
     @property
     def root(self) -> Path:
-        return self._root
+        return self._directory
+
+    def _file(self, rollout_id: str, suffix: str) -> Path:
+        return self._directory / (_checked(rollout_id) + suffix)
 
     def path_for(self, rollout_id: str) -> Path:
-        return self._root / f"{_checked(rollout_id)}.capture.jsonl"
+        return self._file(rollout_id, self._EXCHANGES_SUFFIX)
 
     def incomplete_path_for(self, rollout_id: str) -> Path:
-        return self._root / f"{_checked(rollout_id)}.capture.incomplete"
+        return self._file(rollout_id, self._UNFINISHED_SUFFIX)
 
     def mark_incomplete(self, rollout_id: str) -> None:
-        self.incomplete_path_for(rollout_id).touch(exist_ok=True)
+        """Leave a marker file saying that at least one exchange of this rollout was lost."""
+        self.incomplete_path_for(rollout_id).touch()
 
     def is_incomplete(self, rollout_id: str) -> bool:
-        return self.incomplete_path_for(rollout_id).exists()
+        marker = self.incomplete_path_for(rollout_id)
+        return marker.exists()
 
     def record(self, rollout_id: str, exchange: dict[str, Any]) -> None:
-        line = orjson.dumps(exchange, default=str, option=orjson.OPT_APPEND_NEWLINE)
-        with self.path_for(rollout_id).open("ab") as handle:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
-            try:
-                handle.write(line)
-                handle.flush()
-                os.fsync(handle.fileno())
-            finally:
-                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+        """Append one exchange as a single JSON line."""
+        encoded = orjson.dumps(exchange, default=str, option=orjson.OPT_APPEND_NEWLINE)
+        with _locked(self.path_for(rollout_id), "ab", fcntl.LOCK_EX) as out:
+            out.write(encoded)
+            out.flush()
+            os.fsync(out.fileno())
 
     def read(self, rollout_id: str) -> list[dict[str, Any]]:
         """Every exchange in append order; a damaged line raises ``orjson.JSONDecodeError``."""
-        return [orjson.loads(line) for line in self._lines(rollout_id)]
+        return list(map(orjson.loads, self._lines(rollout_id)))
 
     def read_available(self, rollout_id: str) -> tuple[list[tuple[int, dict[str, Any]]], int]:
         """``([(position, exchange), ...], damaged lines)``: one bad line does not hide the others."""
-        exchanges: list[tuple[int, dict[str, Any]]] = []
-        damaged = 0
-        for position, line in enumerate(self._lines(rollout_id)):
-            try:
-                exchange = orjson.loads(line)
-            except orjson.JSONDecodeError:
-                exchange = None
-            if isinstance(exchange, dict):
-                exchanges.append((position, exchange))
-            else:
-                damaged += 1
-        return exchanges, damaged
+        lines = self._lines(rollout_id)
+        good = [(index, parsed) for index, line in enumerate(lines) if isinstance(parsed := _json_or_none(line), dict)]
+        return good, len(lines) - len(good)
 
     def _lines(self, rollout_id: str) -> list[bytes]:
-        path = self.path_for(rollout_id)
-        if not path.exists():
+        source = self.path_for(rollout_id)
+        if not source.exists():
             return []
-        with path.open("rb") as handle:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_SH)
-            try:
-                return [stripped for line in handle if (stripped := line.strip())]
-            finally:
-                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+        with _locked(source, "rb", fcntl.LOCK_SH) as stream:
+            content = stream.read()
+        return [text for text in (raw.strip() for raw in content.splitlines()) if text]
+
+
+@contextmanager
+def _locked(path: Path, mode: str, lock: int) -> Iterator[IO[Any]]:
+    """``path`` opened in binary ``mode`` under an ``flock`` of kind ``lock``, unlocked before it is closed."""
+    with open(path, mode) as stream:
+        fcntl.flock(stream.fileno(), lock)
+        try:
+            yield stream
+        finally:
+            fcntl.flock(stream.fileno(), fcntl.LOCK_UN)
+
+
+def _json_or_none(line: bytes) -> Any:
+    try:
+        return orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
 
 
 def _checked(rollout_id: str) -> str:

@@ -23,11 +23,32 @@ TOKEN_CAPTURE_PATH_SEGMENT = "training-token-capture"
 ROLLOUT_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 """A rollout id is one path segment and one file name: no slashes, no leading dot."""
 
+_PREFIX_START = f"/{ROLLOUT_PATH_PREFIX}/"
 _ROLLOUT_ID: ContextVar[str | None] = ContextVar("nemo_gym_rollout_id", default=None)
 _PREFIXED_PATH = re.compile(
     rf"^/{ROLLOUT_PATH_PREFIX}/(?P<rollout_id>[A-Za-z0-9][A-Za-z0-9._-]*)"
     rf"(?P<token_capture>/{TOKEN_CAPTURE_PATH_SEGMENT})?(?P<rest>/.*)$"
 )
+
+
+def _lookup(body: BaseModel | Mapping[str, Any], key: str) -> Any:
+    """A field of a pydantic body or a plain mapping alike (None where it is absent)."""
+    if isinstance(body, Mapping):
+        return body.get(key)
+    return getattr(body, key, None)
+
+
+def _base_rollout_id(body: BaseModel | Mapping[str, Any]) -> str | None:
+    chosen = _lookup(body, ROLLOUT_ID_KEY)
+    if chosen is None:
+        indices = _lookup(body, TASK_INDEX_KEY), _lookup(body, ROLLOUT_INDEX_KEY)
+        return None if None in indices else "{}-{}".format(*indices)
+    if isinstance(chosen, str) and ROLLOUT_ID_PATTERN.match(chosen):
+        return chosen
+    raise ValueError(
+        f"{ROLLOUT_ID_KEY} {chosen!r} is not a usable rollout id: use letters, digits, '.', '-' and '_', "
+        "and begin with a letter or digit"
+    )
 
 
 def rollout_id_from_run_body(body: BaseModel | Mapping[str, Any] | None) -> str | None:
@@ -37,27 +58,12 @@ def rollout_id_from_run_body(body: BaseModel | Mapping[str, Any] | None) -> str 
     """
     if not isinstance(body, (BaseModel, Mapping)):
         return None
-
-    def field(key: str) -> Any:
-        return body.get(key) if isinstance(body, Mapping) else getattr(body, key, None)
-
-    explicit = field(ROLLOUT_ID_KEY)
-    if explicit is not None:
-        if not (isinstance(explicit, str) and ROLLOUT_ID_PATTERN.match(explicit)):
-            raise ValueError(
-                f"{ROLLOUT_ID_KEY} must be letters, digits, '.', '-' or '_' starting with a letter or digit; "
-                f"got {explicit!r}"
-            )
-        rollout_id = explicit
-    else:
-        task, rollout = field(TASK_INDEX_KEY), field(ROLLOUT_INDEX_KEY)
-        if task is None or rollout is None:
-            return None
-        rollout_id = f"{task}-{rollout}"
-    attempt = field(ATTEMPT_INDEX_KEY)
-    if attempt is not None and int(attempt) > 0:
-        rollout_id = f"{rollout_id}-a{int(attempt)}"
-    return rollout_id
+    base = _base_rollout_id(body)
+    if base is None:
+        return None
+    retry = _lookup(body, ATTEMPT_INDEX_KEY)
+    retry_no = 0 if retry is None else int(retry)
+    return base if retry_no <= 0 else f"{base}-a{retry_no}"
 
 
 def rollout_path_prefix(rollout_id: str | None, *, token_capture: bool = False) -> str:
@@ -76,12 +82,11 @@ def apply_rollout_prefix(base_url: str, rollout_id: str | None, *, token_capture
 
 def split_rollout_path(path: str) -> tuple[str | None, bool, str]:
     """``(rollout_id, token_capture, rest)`` of a prefixed path; ``(None, False, path)`` for any other path."""
-    if not path.startswith(f"/{ROLLOUT_PATH_PREFIX}/"):
+    found = _PREFIXED_PATH.match(path) if path.startswith(_PREFIX_START) else None
+    if found is None:
         return None, False, path
-    match = _PREFIXED_PATH.match(path)
-    if match is None:
-        return None, False, path
-    return match.group("rollout_id"), match.group("token_capture") is not None, match.group("rest")
+    rollout_id, marker, rest = found.group("rollout_id", "token_capture", "rest")
+    return rollout_id, bool(marker), rest
 
 
 def current_rollout_id() -> str | None:
@@ -91,11 +96,12 @@ def current_rollout_id() -> str | None:
 
 @contextmanager
 def rollout_context(rollout_id: str | None) -> Iterator[None]:
-    token = _ROLLOUT_ID.set(rollout_id)
+    """Make ``rollout_id`` the current one for the ``with`` body, then restore whatever was current before."""
+    previous = _ROLLOUT_ID.set(rollout_id)
     try:
         yield
     finally:
-        _ROLLOUT_ID.reset(token)
+        _ROLLOUT_ID.reset(previous)
 
 
 class RolloutContextMiddleware:
@@ -105,15 +111,14 @@ class RolloutContextMiddleware:
     """
 
     def __init__(self, app: Any) -> None:
-        self._app = app
+        self._inner = app
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope.get("type") != "http":
-            await self._app(scope, receive, send)
-            return
-        rollout_id, _, rest = split_rollout_path(scope.get("path", ""))
+        rollout_id, rest = None, ""
+        if scope.get("type") == "http":
+            rollout_id, _, rest = split_rollout_path(scope.get("path", ""))
         if rollout_id is None:
-            await self._app(scope, receive, send)
-            return
-        with rollout_context(rollout_id):
-            await self._app({**scope, "path": rest, "raw_path": rest.encode()}, receive, send)
+            await self._inner(scope, receive, send)
+        else:
+            with rollout_context(rollout_id):
+                await self._inner({**scope, "path": rest, "raw_path": rest.encode()}, receive, send)

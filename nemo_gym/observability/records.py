@@ -204,23 +204,30 @@ class AgentObservationBundle(ObservationModel):
     @model_validator(mode="after")
     def _invocation_tree(self) -> AgentObservationBundle:
         """Invocation ids are unique and parents form no cycle (a missing parent is allowed: partial views)."""
-        parents: dict[str, str | None] = {}
-        for record in self.records:
-            if isinstance(record, AgentInvocation):
-                if record.invocation_id in parents:
-                    raise ValueError("invocation_id must be unique within an observation bundle")
-                parents[record.invocation_id] = record.parent_invocation_id
-        acyclic: set[str] = set()
-        for start in parents:
-            seen: set[str] = set()
-            current: str | None = start
-            while current in parents and current not in acyclic:
-                if current in seen:
-                    raise ValueError("parent_invocation_id must not form a cycle")
-                seen.add(current)
-                current = parents[current]
-            acyclic |= seen
+        parent_of: dict[str, str | None] = {}
+        for invocation in (r for r in self.records if isinstance(r, AgentInvocation)):
+            if invocation.invocation_id in parent_of:
+                raise ValueError(f"invocation {invocation.invocation_id!r} appears twice in one observation bundle")
+            parent_of[invocation.invocation_id] = invocation.parent_invocation_id
+        _reject_parent_cycles(parent_of)
         return self
+
+
+def _reject_parent_cycles(parent_of: dict[str, str | None]) -> None:
+    """Follow each invocation's chain of parents; a chain that comes back on itself is a ``ValueError``."""
+    settled: set[str] = set()
+    for origin in parent_of:
+        chain: list[str] = []
+        node = origin
+        while node not in settled:
+            if node in chain:
+                raise ValueError(f"parent_invocation_id of {node!r} leads back to itself")
+            chain.append(node)
+            parent = parent_of[node]
+            if parent is None or parent not in parent_of:
+                break
+            node = parent
+        settled.update(chain)
 
 
 class TrajectoryRecord(ObservationModel):
@@ -237,20 +244,22 @@ class TrajectoryRecord(ObservationModel):
 
     @model_validator(mode="after")
     def _identity(self) -> TrajectoryRecord:
-        invocation_ids = [invocation.invocation_id for invocation in self.invocations]
-        if len(invocation_ids) != len(set(invocation_ids)):
-            raise ValueError("invocation_id must be unique within a trajectory")
-        call_ids = [call.model_call_id for call in self.model_calls if call.model_call_id]
-        if len(call_ids) != len(set(call_ids)):
-            raise ValueError("model_call_id must be unique within a trajectory")
-        turn_keys: set[tuple[str, int]] = set()
-        for turn in self.turns:
-            if (turn.task_id, turn.rollout_id) != (self.task_id, self.rollout_id):
-                raise ValueError("a turn's task_id and rollout_id must be the trajectory's")
-            if (turn.invocation_id, turn.turn_no) in turn_keys:
-                raise ValueError("turn_no must be unique within an invocation")
-            turn_keys.add((turn.invocation_id, turn.turn_no))
+        """Ids are unique where they must be, and every turn belongs to this trajectory's task and rollout."""
+        _require_unique([i.invocation_id for i in self.invocations], "invocation_id", "a trajectory")
+        _require_unique([c.model_call_id for c in self.model_calls if c.model_call_id], "model_call_id", "a trajectory")
+        foreign = [t for t in self.turns if t.task_id != self.task_id or t.rollout_id != self.rollout_id]
+        if foreign:
+            raise ValueError("a turn's task_id and rollout_id must be the trajectory's")
+        _require_unique([(t.invocation_id, t.turn_no) for t in self.turns], "turn_no", "an invocation")
         return self
+
+
+def _require_unique(keys: list[Any], field: str, scope: str) -> None:
+    seen: set[Any] = set()
+    for key in keys:
+        if key in seen:
+            raise ValueError(f"{field} must be unique within {scope} ({key!r} repeats)")
+        seen.add(key)
 
 
 @dataclass(frozen=True, slots=True)
