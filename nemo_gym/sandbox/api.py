@@ -12,10 +12,10 @@ coroutine's loop, so it refuses.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import tempfile
 import threading
 from collections.abc import Awaitable, Callable, Mapping
-from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from pathlib import Path
 from typing import Any, TypeVar
@@ -45,42 +45,62 @@ def _provider_name(provider: object) -> str:
     return str(getattr(provider, "name", type(provider).__name__))
 
 
+def _checked_port(port: object, declared: tuple[int, ...]) -> int:
+    """``port`` when it is a TCP port the spec declared; otherwise a ``ValueError`` saying how to fix the call."""
+    valid = isinstance(port, int) and not isinstance(port, bool) and 0 < port < 65536
+    if not valid:
+        raise ValueError(f"endpoint() needs a TCP port between 1 and 65535; {port!r} is not one")
+    assert isinstance(port, int)
+    if port not in declared:
+        raise ValueError(f"port {port} was not declared: list it in SandboxSpec.ports (declared now: {list(declared)})")
+    return port
+
+
 class AsyncSandbox:
     """One sandbox on one provider. ``provider`` is a provider or its config, e.g. ``{"local": {}}``."""
 
     def __init__(self, provider: Mapping[str, Any] | SandboxProvider, spec: SandboxSpec | None = None) -> None:
-        self._provider: SandboxProvider = create_provider(provider) if isinstance(provider, Mapping) else provider
+        self._provider: SandboxProvider = provider if not isinstance(provider, Mapping) else create_provider(provider)
         self._spec = spec
         self._handle: SandboxHandle | None = None
         self._stopped = True
         self._closed = False
 
-    def _require_handle(self) -> SandboxHandle:
-        if self._handle is None or self._stopped:
-            raise RuntimeError("Sandbox has not been started")
-        return self._handle
+    def _live(self) -> SandboxHandle:
+        """The handle of the running sandbox; calling before ``start()`` (or after ``stop()``) is a caller bug."""
+        handle = self._handle
+        if handle is not None and not self._stopped:
+            return handle
+        raise RuntimeError("this sandbox has not been started: await start(spec) before using it")
 
     async def start(self, spec: SandboxSpec | None = None) -> AsyncSandbox:
         """Create the sandbox and write ``spec.files`` into it; if that fails, nothing is left running."""
         if self._closed:
-            raise RuntimeError("Sandbox has been stopped; create a new one")
+            raise RuntimeError("this sandbox has been stopped and cannot restart: create a new AsyncSandbox")
         if self._handle is not None and not self._stopped:
-            raise RuntimeError("Sandbox is already started")
-        spec = spec if spec is not None else self._spec
-        if spec is None:
-            raise ValueError("Sandbox.start() requires a SandboxSpec (pass it here or to the constructor)")
-        handle = await self._provider.create(spec)
+            raise RuntimeError("this sandbox is already started: stop() it before starting another")
+        chosen = self._spec if spec is None else spec
+        if chosen is None:
+            raise ValueError("start() requires a SandboxSpec: pass one to start() or to the constructor")
+        handle = await self._provider.create(chosen)
         try:
-            await self._write_files(handle, spec.files)
+            await self._write_files(handle, chosen.files)
         except BaseException:
             self._closed = True
-            try:
-                await self._provider.close(handle)
-            finally:
-                await self._provider.aclose()
+            await self._release(handle)
             raise
-        self._spec, self._handle, self._stopped = spec, handle, False
+        self._spec = chosen
+        self._handle = handle
+        self._stopped = False
         return self
+
+    async def _release(self, handle: SandboxHandle | None) -> None:
+        """Close ``handle`` (when there is one) and then the provider, even if closing the sandbox fails."""
+        try:
+            if handle is not None:
+                await self._provider.close(handle)
+        finally:
+            await self._provider.aclose()
 
     async def _write_files(self, handle: SandboxHandle, files: Mapping[str, str]) -> None:
         """Providers transfer files, not strings: stage each text in a local file first."""
@@ -102,80 +122,76 @@ class AsyncSandbox:
         user: str | int | None = None,
     ) -> SandboxExecResult:
         """Run a shell command (in ``spec.workdir`` unless ``cwd``); failure and timeout come back as results."""
-        return await self._provider.exec(
-            self._require_handle(),
-            command,
-            cwd=cwd if cwd is not None else self._spec.workdir if self._spec is not None else None,
-            env=env,
-            timeout_s=timeout_s,
-            user=user,
-        )
+        live = self._live()
+        where = cwd
+        if where is None and self._spec is not None:
+            where = self._spec.workdir
+        return await self._provider.exec(live, command, cwd=where, env=env, timeout_s=timeout_s, user=user)
 
     async def upload(self, local_path: Path | str, remote_path: str) -> None:
-        await self._provider.upload_file(self._require_handle(), Path(local_path), remote_path)
+        """Copy the local file ``local_path`` to ``remote_path`` inside the sandbox."""
+        live = self._live()
+        await self._provider.upload_file(live, Path(local_path), remote_path)
 
     async def download(self, remote_path: str, local_path: Path | str) -> None:
-        await self._provider.download_file(self._require_handle(), remote_path, Path(local_path))
+        """Copy ``remote_path`` out of the sandbox to the local file ``local_path``."""
+        live = self._live()
+        await self._provider.download_file(live, remote_path, Path(local_path))
 
     async def status(self) -> SandboxStatus:
         """``UNKNOWN`` before start, ``STOPPED`` after stop, else what the provider reports."""
-        if self._handle is None:
-            return SandboxStatus.UNKNOWN
-        if self._stopped:
-            return SandboxStatus.STOPPED
-        return await self._provider.status(self._handle)
+        handle = self._handle
+        if handle is not None and not self._stopped:
+            return await self._provider.status(handle)
+        return SandboxStatus.UNKNOWN if handle is None else SandboxStatus.STOPPED
 
     async def endpoint(self, port: int) -> SandboxEndpoint:
         """The URL of a service port declared in ``spec.ports``, for providers that can expose one."""
-        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
-            raise ValueError(f"Sandbox endpoint port must be an integer between 1 and 65535, got {port!r}")
-        declared = tuple(self._spec.ports) if self._spec is not None else ()
-        if port not in declared:
-            raise ValueError(
-                f"Sandbox port {port} was not declared in SandboxSpec.ports; declared ports: {list(declared)!r}"
-            )
-        if not isinstance(self._provider, SupportsSandboxEndpoint):
+        wanted = _checked_port(port, tuple(self._spec.ports) if self._spec else ())
+        provider = self._provider
+        if not isinstance(provider, SupportsSandboxEndpoint):
             raise NotImplementedError(
-                f"Sandbox provider {_provider_name(self._provider)!r} does not support service endpoints"
+                f"provider {_provider_name(provider)!r} does not support service endpoints: pick one that does"
             )
-        endpoint = await self._provider.endpoint(self._require_handle(), port)
-        if not isinstance(endpoint, SandboxEndpoint):
-            raise TypeError(f"Sandbox provider endpoint() must return SandboxEndpoint, got {type(endpoint).__name__}")
-        return endpoint
+        found = await provider.endpoint(self._live(), wanted)
+        if isinstance(found, SandboxEndpoint):
+            return found
+        raise TypeError(f"provider {_provider_name(provider)!r} returned {type(found).__name__} from endpoint()")
 
     async def stop(self) -> None:
         """End the sandbox and release the provider; calling it again does nothing."""
         if self._closed:
             return
-        try:
-            if self._handle is not None and not self._stopped:
-                self._stopped = True
-                await self._provider.close(self._handle)
-        finally:
-            self._closed = True
-            await self._provider.aclose()
+        self._closed = True
+        running = self._handle if not self._stopped else None
+        self._stopped = True
+        await self._release(running)
+
+    def _connectable(self, provider: SandboxProvider) -> ConnectableProvider:
+        if isinstance(provider, ConnectableProvider):
+            return provider
+        raise RuntimeError(
+            f"provider {_provider_name(provider)!r} does not support serialize()/connect(); use one that does"
+        )
 
     async def serialize(self, *, scope: str | None = None) -> dict[str, Any]:
         """A JSON descriptor from which :meth:`connect` rebuilds this sandbox in another process."""
-        if not isinstance(self._provider, ConnectableProvider):
-            raise RuntimeError(f"provider {_provider_name(self._provider)!r} does not support serialize()/connect()")
-        descriptor = await self._provider.serialize_handle(self._require_handle(), scope=scope)
-        if isinstance(descriptor, dict) and descriptor.get("workdir") is None and self._spec is not None:
-            descriptor = {**descriptor, "workdir": self._spec.workdir}
+        provider = self._connectable(self._provider)
+        descriptor = await provider.serialize_handle(self._live(), scope=scope)
+        if self._spec is not None and isinstance(descriptor, dict) and descriptor.get("workdir") is None:
+            return dict(descriptor, workdir=self._spec.workdir)
         return descriptor
 
     @classmethod
     async def connect(cls, descriptor: Mapping[str, Any] | Any, *, provider: SandboxProvider) -> AsyncSandbox:
         """A started sandbox for a descriptor from :meth:`serialize` (``provider`` must support connecting)."""
-        if not isinstance(provider, ConnectableProvider):
-            raise RuntimeError(f"provider {_provider_name(provider)!r} does not support serialize()/connect()")
-        if not isinstance(descriptor, Mapping) and hasattr(descriptor, "to_dict"):
-            descriptor = descriptor.to_dict()
-        handle = await provider.connect(descriptor)
-        sandbox = cls(
-            provider, SandboxSpec(workdir=descriptor.get("workdir") if isinstance(descriptor, Mapping) else None)
-        )
-        sandbox._handle, sandbox._stopped = handle, False
+        sandbox = cls(provider)
+        data = descriptor
+        if not isinstance(data, Mapping) and hasattr(data, "to_dict"):
+            data = data.to_dict()
+        sandbox._handle = await sandbox._connectable(provider).connect(data)
+        sandbox._spec = SandboxSpec(workdir=data.get("workdir") if isinstance(data, Mapping) else None)
+        sandbox._stopped = False
         return sandbox
 
     async def __aenter__(self) -> AsyncSandbox:
@@ -185,100 +201,87 @@ class AsyncSandbox:
         await self.stop()
 
 
-class _AsyncLoopRunner:
-    """An event loop on a daemon thread that blocking callers hand coroutines to."""
+class _LoopThread:
+    """A private event loop on a daemon thread: blocking callers submit coroutines to it and wait for the answer."""
 
-    def __init__(
-        self, *, wait_timeout_s: float = SYNC_OPERATION_TIMEOUT_S, close_timeout_s: float = SYNC_LOOP_CLOSE_TIMEOUT_S
-    ) -> None:
-        self._wait_timeout_s = wait_timeout_s
-        self._close_timeout_s = close_timeout_s
-        self._closed = False
-        self._loop = asyncio.new_event_loop()
-        started = threading.Event()
-        self._thread = threading.Thread(
-            target=self._serve, args=(started,), name="nemo-gym-sandbox-sync-loop", daemon=True
-        )
+    def __init__(self, wait_s: float = SYNC_OPERATION_TIMEOUT_S, join_s: float = SYNC_LOOP_CLOSE_TIMEOUT_S) -> None:
+        self._wait_s = wait_s
+        self._join_s = join_s
+        self._done = False
+        self.loop = asyncio.new_event_loop()
+        ready = threading.Event()
+
+        def serve() -> None:
+            asyncio.set_event_loop(self.loop)
+            self.loop.call_soon(ready.set)
+            self.loop.run_forever()
+
+        self._thread = threading.Thread(target=serve, name="nemo-gym-sandbox-loop", daemon=True)
         self._thread.start()
-        started.wait()
+        ready.wait()
 
-    def _serve(self, started: threading.Event) -> None:
-        asyncio.set_event_loop(self._loop)
-        self._loop.call_soon(started.set)
-        self._loop.run_forever()
-
-    def _check_can_block(self, operation: str) -> None:
-        if self._closed or self._loop.is_closed():
-            raise RuntimeError("Sandbox sync loop is closed")
+    def _refuse_if_unsafe(self, what: str) -> None:
+        if self._done or self.loop.is_closed():
+            raise RuntimeError(f"Sandbox.{what}(): this sandbox is closed; create a new Sandbox")
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            return
-        raise RuntimeError(f"Sandbox.{operation}() is blocking; use AsyncSandbox in async code instead.")
+            return  # no loop in this thread: blocking is fine
+        raise RuntimeError(f"Sandbox.{what}() would block this event loop; use AsyncSandbox in async code instead")
 
-    def _wait(self, operation: str, future: Future[T]) -> T:
+    def submit(self, what: str, work: Callable[[], Awaitable[T]]) -> T:
+        """Await ``work()`` on the loop thread; give up (and cancel it) after ``wait_s``."""
+        self._refuse_if_unsafe(what)
+
+        async def job() -> T:
+            return await work()
+
+        pending = asyncio.run_coroutine_threadsafe(job(), self.loop)
         try:
-            return future.result(timeout=self._wait_timeout_s)
+            return pending.result(timeout=self._wait_s)
         except FutureTimeoutError:
-            future.cancel()
+            pending.cancel()
             raise TimeoutError(
-                f"Sandbox.{operation}() timed out waiting for the sync loop after {self._wait_timeout_s:g}s"
+                f"Sandbox.{what}() had no answer after {self._wait_s:g}s; the provider may be stuck"
             ) from None
 
-    def call(self, operation: str, function: Callable[[], T]) -> T:
-        """Run a plain function on the loop thread (objects that bind to the loop are made there)."""
-        self._check_can_block(operation)
-        future: Future[T] = Future()
-
-        def invoke() -> None:
-            if not future.set_running_or_notify_cancel():
-                return
-            try:
-                future.set_result(function())
-            except BaseException as error:
-                future.set_exception(error)
-
-        self._loop.call_soon_threadsafe(invoke)
-        return self._wait(operation, future)
-
-    def run(self, operation: str, make_awaitable: Callable[[], Awaitable[T]]) -> T:
-        """Run a coroutine on the loop thread and wait for its result (cancelled when the wait times out)."""
-        self._check_can_block(operation)
-
-        async def invoke() -> T:
-            return await make_awaitable()
-
-        return self._wait(operation, asyncio.run_coroutine_threadsafe(invoke(), self._loop))
-
     def close(self) -> None:
-        """Stop the loop; a loop still busy after ``close_timeout_s`` is left to its daemon thread."""
-        if self._closed:
+        """Stop the loop; one still busy after ``join_s`` is left to its daemon thread."""
+        if self._done:
             return
-        self._closed = True
-        if self._loop.is_closed():
+        self._done = True
+        if self.loop.is_closed():
             return
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=self._close_timeout_s)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(self._join_s)
         if not self._thread.is_alive():
-            self._loop.close()
+            self.loop.close()
 
 
 class Sandbox:
     """The blocking twin of :class:`AsyncSandbox`, same methods without ``await`` (``serialize``/``connect`` are
-    async-only)."""
+    async-only). Each call is forwarded to an ``AsyncSandbox`` living on a private loop thread."""
 
     def __init__(self, provider: Mapping[str, Any] | SandboxProvider, spec: SandboxSpec | None = None) -> None:
         self._closed = True
-        self._runner = _AsyncLoopRunner()
+        self._worker = _LoopThread()
+
+        async def build() -> AsyncSandbox:  # built on the loop thread, where its provider will run
+            return AsyncSandbox(provider, spec)
+
         try:
-            self._async_sandbox = self._runner.call("__init__", lambda: AsyncSandbox(provider, spec))
+            self._inner = self._worker.submit("__init__", build)
         except BaseException:
-            self._runner.close()
+            self._worker.close()
             raise
         self._closed = False
 
+    def _forward(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        method = getattr(self._inner, name)
+        return self._worker.submit(name, lambda: method(*args, **kwargs))
+
     def start(self, spec: SandboxSpec | None = None) -> Sandbox:
-        self._runner.run("start", lambda: self._async_sandbox.start(spec))
+        self._forward("start", spec)
         return self
 
     def exec(
@@ -290,32 +293,31 @@ class Sandbox:
         timeout_s: int | float | None = 180,
         user: str | int | None = None,
     ) -> SandboxExecResult:
-        return self._runner.run(
-            "exec", lambda: self._async_sandbox.exec(command, cwd=cwd, env=env, timeout_s=timeout_s, user=user)
-        )
+        result: SandboxExecResult = self._forward("exec", command, cwd=cwd, env=env, timeout_s=timeout_s, user=user)
+        return result
 
     def upload(self, local_path: Path | str, remote_path: str) -> None:
-        self._runner.run("upload", lambda: self._async_sandbox.upload(local_path, remote_path))
+        self._forward("upload", local_path, remote_path)
 
     def download(self, remote_path: str, local_path: Path | str) -> None:
-        self._runner.run("download", lambda: self._async_sandbox.download(remote_path, local_path))
+        self._forward("download", remote_path, local_path)
 
     def status(self) -> SandboxStatus:
-        if self._closed:
-            return SandboxStatus.STOPPED
-        return self._runner.run("status", self._async_sandbox.status)
+        state: SandboxStatus = SandboxStatus.STOPPED if self._closed else self._forward("status")
+        return state
 
     def endpoint(self, port: int) -> SandboxEndpoint:
-        return self._runner.run("endpoint", lambda: self._async_sandbox.endpoint(port))
+        found: SandboxEndpoint = self._forward("endpoint", port)
+        return found
 
     def stop(self) -> None:
         if self._closed:
             return
         self._closed = True
         try:
-            self._runner.run("stop", self._async_sandbox.stop)
+            self._forward("stop")
         finally:
-            self._runner.close()
+            self._worker.close()
 
     def __enter__(self) -> Sandbox:
         return self
@@ -324,8 +326,7 @@ class Sandbox:
         self.stop()
 
     def __del__(self) -> None:  # pragma: no cover - a safety net for sandboxes nobody stopped
-        if not getattr(self, "_closed", True):
-            try:
-                self.stop()
-            except Exception:
-                pass
+        if getattr(self, "_closed", True):
+            return
+        with contextlib.suppress(Exception):
+            self.stop()
