@@ -173,26 +173,71 @@ def _merge_tool_calls(
     return [TrajectoryToolCall.model_validate(tool) for tool in merged.values()]
 
 
+def _produced_trajectory(
+    result: dict[str, Any], task_id: str, rollout_id: str, gaps: list[ObservationGap]
+) -> TrajectoryRecord:
+    """The agent's own ``ng_trajectory`` if it sent a valid one, else an empty record; problems become gaps."""
+    offered = result.get(TRAJECTORY_KEY)
+    if not isinstance(offered, dict):
+        return TrajectoryRecord(task_id=task_id, rollout_id=rollout_id)
+    try:
+        produced = TrajectoryRecord.model_validate(offered)
+    except ValidationError as error:
+        gaps.append(ObservationGap(code="producer_trajectory_invalid", detail=type(error).__name__))
+        produced = TrajectoryRecord(task_id=task_id, rollout_id=rollout_id)
+    expected = {"task_id": task_id, "rollout_id": rollout_id}
+    wrong = [name for name, value in expected.items() if getattr(produced, name) != value]
+    if wrong:
+        gaps.append(ObservationGap(code="producer_trajectory_identity_mismatch", detail=",".join(wrong)))
+    return produced
+
+
+def _overlay_call(base: TrajectoryModelCall, captured: TrajectoryModelCall) -> TrajectoryModelCall:
+    """``base`` with every value the capture knows written over it (nested metadata and token stats field by field)."""
+    fields = base.model_dump(mode="json")
+    known = captured.model_dump(mode="json", exclude_none=True)
+    for section in ("response_metadata", "token_stats"):
+        fields[section] = {**fields[section], **known.pop(section)}
+    fields.update(known)
+    return TrajectoryModelCall.model_validate(fields)
+
+
+def _join_captured_calls(
+    model_calls: list[TrajectoryModelCall], capture: dict[str, Any], gaps: list[ObservationGap]
+) -> None:
+    """Fold the capture's calls into ``model_calls`` (matched by call id, each id at most once) and keep its gaps."""
+    unmatched = {call.model_call_id: index for index, call in enumerate(model_calls) if call.model_call_id is not None}
+    for raw in filter(lambda entry: isinstance(entry, dict), capture.get("calls") or []):
+        captured = _model_call(raw)
+        index = None if captured.model_call_id is None else unmatched.pop(captured.model_call_id, None)
+        if index is None:
+            model_calls.append(captured)
+        else:
+            model_calls[index] = _overlay_call(model_calls[index], captured)
+    for raw_gap in capture.get("gaps") or []:
+        try:
+            gaps.append(ObservationGap.model_validate(raw_gap))
+        except ValidationError:
+            gaps.append(ObservationGap(code="model_call_capture_gap_invalid"))
+
+
+def _distinct(gaps: list[ObservationGap]) -> list[ObservationGap]:
+    """Gaps with repeats dropped: the last of equal ``(code, invocation_id, detail)`` wins, at the first's place."""
+    by_key: dict[tuple[str, str | None, str | None], ObservationGap] = {}
+    for gap in gaps:
+        by_key[gap.code, gap.invocation_id, gap.detail] = gap
+    return list(by_key.values())
+
+
 def build_trajectory_record(row: dict[str, Any], result: dict[str, Any]) -> TrajectoryRecord:
     """One rollout's evidence as a :class:`TrajectoryRecord`; everything missing or malformed becomes a gap."""
     task_id, rollout_id = trajectory_identity(row)
     gaps: list[ObservationGap] = []
-    produced = TrajectoryRecord(task_id=task_id, rollout_id=rollout_id)
-    if isinstance(result.get(TRAJECTORY_KEY), dict):
-        try:
-            produced = TrajectoryRecord.model_validate(result[TRAJECTORY_KEY])
-        except ValidationError as error:
-            gaps.append(ObservationGap(code="producer_trajectory_invalid", detail=type(error).__name__))
-        mismatched = [
-            name
-            for name, value in (("task_id", task_id), ("rollout_id", rollout_id))
-            if getattr(produced, name) != value
-        ]
-        if mismatched:
-            gaps.append(ObservationGap(code="producer_trajectory_identity_mismatch", detail=",".join(mismatched)))
-    turns = [turn.model_copy(update={"task_id": task_id, "rollout_id": rollout_id}) for turn in produced.turns]
-    gaps += produced.gaps
-    invocations, tools, model_calls = list(produced.invocations), list(produced.tool_calls), list(produced.model_calls)
+    produced = _produced_trajectory(result, task_id, rollout_id, gaps)
+    gaps.extend(produced.gaps)
+    invocations = list(produced.invocations)
+    tools = list(produced.tool_calls)
+    model_calls = list(produced.model_calls)
 
     if result.get(OBSERVATIONS_KEY) is not None:
         try:
@@ -200,52 +245,56 @@ def build_trajectory_record(row: dict[str, Any], result: dict[str, Any]) -> Traj
         except ValidationError as error:
             gaps.append(ObservationGap(code="agent_observations_invalid", detail=type(error).__name__))
         else:
-            gaps += bundle.gaps
-            known = {invocation.invocation_id for invocation in invocations}
-            invocations += [
-                r for r in bundle.records if isinstance(r, AgentInvocation) and r.invocation_id not in known
-            ]
-            observed = [record for record in bundle.records if isinstance(record, ToolCallObservation)]
-            if observed:
-                tools = _merge_tool_calls(tools, observed, invocations)
+            gaps.extend(bundle.gaps)
+            seen_ids = {invocation.invocation_id for invocation in invocations}
+            for record in bundle.records:
+                if isinstance(record, AgentInvocation) and record.invocation_id not in seen_ids:
+                    invocations.append(record)
+            tool_observations = [record for record in bundle.records if isinstance(record, ToolCallObservation)]
+            if tool_observations:
+                tools = _merge_tool_calls(tools, tool_observations, invocations)
 
     captured = result.get(CAPTURE_KEY)
-    capture = captured if isinstance(captured, dict) else {}
-    positions = {call.model_call_id: i for i, call in enumerate(model_calls) if call.model_call_id is not None}
-    for raw in capture.get("calls") or []:
-        if not isinstance(raw, dict):
-            continue
-        call = _model_call(raw)
-        position = positions.pop(call.model_call_id, None) if call.model_call_id is not None else None
-        if position is None:
-            model_calls.append(call)
-            continue
-        merged = model_calls[position].model_dump(mode="json")
-        update = call.model_dump(mode="json", exclude_none=True)
-        for nested in ("response_metadata", "token_stats"):
-            merged[nested].update(update.pop(nested))
-        model_calls[position] = TrajectoryModelCall.model_validate(merged | update)
-    for raw_gap in capture.get("gaps") or []:
-        try:
-            gaps.append(ObservationGap.model_validate(raw_gap))
-        except ValidationError:
-            gaps.append(ObservationGap(code="model_call_capture_gap_invalid"))
+    _join_captured_calls(model_calls, captured if isinstance(captured, dict) else {}, gaps)
 
-    for missing, code in ((model_calls, "model_calls_unavailable"), (turns, "turns_unavailable")):
-        if not missing:
-            gaps.append(ObservationGap(code=code))
-    if not any(invocation.conversation for invocation in invocations):
+    turns = sorted(
+        (turn.model_copy(update={"task_id": task_id, "rollout_id": rollout_id}) for turn in produced.turns),
+        key=lambda turn: (turn.timestamp, turn.invocation_id, turn.turn_no),
+    )
+    if not model_calls:
+        gaps.append(ObservationGap(code="model_calls_unavailable"))
+    if not turns:
+        gaps.append(ObservationGap(code="turns_unavailable"))
+    if all(not invocation.conversation for invocation in invocations):
         gaps.append(ObservationGap(code="conversation_unavailable"))
-    turns.sort(key=lambda turn: (turn.timestamp, turn.invocation_id, turn.turn_no))
     return TrajectoryRecord(
         task_id=task_id,
         rollout_id=rollout_id,
+        gaps=_distinct(gaps),
         invocations=invocations,
         turns=turns,
-        model_calls=model_calls,
         tool_calls=tools,
-        gaps=list({(gap.code, gap.invocation_id, gap.detail): gap for gap in gaps}.values()),
+        model_calls=model_calls,
     )
+
+
+def _record_projection_failure(row: dict[str, Any], result: dict[str, Any], gap: ObservationGap) -> None:
+    """Put ``gap`` where a reader will look: on the capture, else the observations, else a bare trajectory."""
+    as_json = gap.model_dump(mode="json", exclude_none=True)
+    for key in (CAPTURE_KEY, OBSERVATIONS_KEY):
+        holder = result.get(key)
+        if not isinstance(holder, dict):
+            continue
+        listed = holder.setdefault("gaps", [])
+        if isinstance(listed, list):
+            listed.append(as_json)
+            return
+    try:
+        task_id, rollout_id = trajectory_identity(row)
+    except KeyError:
+        return
+    bare = TrajectoryRecord(task_id=task_id, rollout_id=rollout_id, gaps=[gap])
+    result[TRAJECTORY_KEY] = bare.model_dump(mode="json")
 
 
 def attach_trajectory_record(row: dict[str, Any], result: dict[str, Any]) -> None:
@@ -255,26 +304,18 @@ def attach_trajectory_record(row: dict[str, Any], result: dict[str, Any]) -> Non
     ``trajectory_projection_failed`` gap (on the capture, the observations, or a bare trajectory).
     """
     try:
-        result[TRAJECTORY_KEY] = build_trajectory_record(row, result).model_dump(mode="json")
+        projected = build_trajectory_record(row, result)
     except (ValidationError, ValueError, KeyError, TypeError, AttributeError) as error:
         logger.warning("could not build the trajectory record of a rollout", exc_info=True)
         result.pop(TRAJECTORY_KEY, None)
-        gap = ObservationGap(code="trajectory_projection_failed", detail=type(error).__name__)
-        for key in (CAPTURE_KEY, OBSERVATIONS_KEY):
-            target = result.get(key)
-            if isinstance(target, dict) and isinstance(target.setdefault("gaps", []), list):
-                target["gaps"].append(gap.model_dump(mode="json", exclude_none=True))
-                return
-        try:
-            task_id, rollout_id = trajectory_identity(row)
-        except KeyError:
-            return
-        result[TRAJECTORY_KEY] = TrajectoryRecord(task_id=task_id, rollout_id=rollout_id, gaps=[gap]).model_dump(
-            mode="json"
+        _record_projection_failure(
+            row, result, ObservationGap(code="trajectory_projection_failed", detail=type(error).__name__)
         )
         return
+    result[TRAJECTORY_KEY] = projected.model_dump(mode="json")
     capture = result.get(CAPTURE_KEY)
-    for call in capture.get("calls") or [] if isinstance(capture, dict) else []:
+    calls = capture.get("calls") if isinstance(capture, dict) else None
+    for call in calls or []:
         if isinstance(call, dict):
             for key in PAYLOAD_FIELDS:
                 call.pop(key, None)
