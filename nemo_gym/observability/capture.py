@@ -346,31 +346,39 @@ def build_model_call_record(exchange: dict[str, Any], *, call_index: int) -> Mod
 
 
 def read_model_call_records(store: CaptureStore, rollout_id: str) -> list[ModelCallRecord]:
-    """The records of one rollout's calls, in append order."""
-    return [build_model_call_record(exchange, call_index=i) for i, exchange in enumerate(store.read(rollout_id))]
+    """The records of one rollout's calls, in append order (a damaged line raises)."""
+    exchanges = store.read(rollout_id)
+    return [build_model_call_record(exchanges[index], call_index=index) for index in range(len(exchanges))]
+
+
+def _record_or_none(position: int, exchange: dict[str, Any]) -> ModelCallRecord | None:
+    try:
+        return build_model_call_record(exchange, call_index=position)
+    except ValueError:  # pydantic's ValidationError included: a line of the wrong shape
+        return None
 
 
 def read_available_model_call_records(store: CaptureStore, rollout_id: str) -> tuple[list[ModelCallRecord], int]:
     """The records that can be read, and how many lines could not."""
-    exchanges, damaged = store.read_available(rollout_id)
-    records = []
-    for position, exchange in exchanges:
-        try:
-            records.append(build_model_call_record(exchange, call_index=position))
-        except ValueError:
-            damaged += 1
-    return records, damaged
+    parsed, unparsable = store.read_available(rollout_id)
+    built = [_record_or_none(position, exchange) for position, exchange in parsed]
+    usable = [record for record in built if record is not None]
+    return usable, unparsable + len(built) - len(usable)
+
+
+_SUMMED_FIELDS = ("tokens_in", "tokens_out", "tokens_reasoning", "tokens_total", "cached_tokens", "latency_total_ms")
 
 
 def aggregate_model_call_records(calls: list[ModelCallRecord]) -> dict[str, Any]:
     """Sums of tokens and latency over calls (None where no call reported the value) and ``num_calls``."""
-
-    def total(name: str) -> float | None:
-        values = [value for call in calls if (value := getattr(call, name)) is not None]
-        return sum(values) if values else None
-
-    fields = ("tokens_in", "tokens_out", "tokens_reasoning", "tokens_total", "cached_tokens", "latency_total_ms")
-    return {name: total(name) for name in fields} | {"num_calls": len(calls)}
+    sums: dict[str, Any] = dict.fromkeys(_SUMMED_FIELDS)
+    for call in calls:
+        for name in _SUMMED_FIELDS:
+            value = getattr(call, name)
+            if value is not None:
+                sums[name] = value if sums[name] is None else sums[name] + value
+    sums["num_calls"] = len(calls)
+    return sums
 
 
 def aggregate_model_call_metrics(store: CaptureStore, rollout_id: str) -> dict[str, Any]:
