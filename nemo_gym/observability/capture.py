@@ -11,6 +11,7 @@ collector reads a rollout's file back into ``ng_model_call_capture`` (:func:`mer
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import logging
 import os
@@ -473,11 +474,16 @@ def _record(
             exchange["error_category"] = "capture_parse_error"
         store.record(rollout_id, exchange)
     except Exception:
-        logger.warning("model-call capture failed for rollout %s", rollout_id, exc_info=True)
-        try:
-            store.mark_incomplete(rollout_id)
-        except OSError:
-            logger.warning("could not mark the capture of rollout %s incomplete", rollout_id, exc_info=True)
+        _flag_incomplete(store, rollout_id)
+
+
+def _flag_incomplete(store: CaptureStore, rollout_id: str) -> None:
+    """A lost exchange must not pass for a complete capture: log why, then leave the rollout's incomplete marker."""
+    logger.warning("model-call capture failed for rollout %s", rollout_id, exc_info=True)
+    with contextlib.suppress(OSError):
+        store.mark_incomplete(rollout_id)
+        return
+    logger.warning("could not mark the capture of rollout %s incomplete either", rollout_id)
 
 
 class _CaptureMiddleware:
