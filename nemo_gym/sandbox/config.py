@@ -48,23 +48,23 @@ def _sandbox_blocks(named_configs: Mapping[str, Any] | None) -> list[str]:
 
 def _block(sandbox_provider: str | Mapping[str, Any], named_configs: Mapping[str, Any] | None) -> tuple[Any, str]:
     """The block ``sandbox_provider`` refers to, as plain data, and a phrase naming where it came from."""
-    if isinstance(sandbox_provider, str):
-        if not sandbox_provider:
-            raise ValueError("Sandbox provider reference must be a non-empty string")
-        block = None if named_configs is None else named_configs.get(sandbox_provider)
-        if block is None:
-            available = ", ".join(repr(name) for name in _sandbox_blocks(named_configs)) or "(none)"
-            raise ValueError(
-                f"Sandbox provider reference {sandbox_provider!r} is not defined in the merged config: add a top-level "
-                f"'{sandbox_provider}:' block to a file in config_paths (e.g. "
-                f"nemo_gym/sandbox/providers/local/configs/local.yaml). Available sandbox configs: {available}"
-            )
-        return _plain(block), f"reference {sandbox_provider!r}"
     if isinstance(sandbox_provider, Mapping):
         return _plain(sandbox_provider), "inline sandbox_provider config"
-    raise TypeError(
-        "sandbox_provider must be a name reference (str) or a single-key provider mapping, "
-        f"got {type(sandbox_provider).__name__}"
+    if not isinstance(sandbox_provider, str):
+        raise TypeError(
+            f"sandbox_provider must be a name reference (a str) or a one-key mapping {{provider: options}}; "
+            f"got a {type(sandbox_provider).__name__}"
+        )
+    if sandbox_provider == "":
+        raise ValueError("sandbox_provider is empty: give it a non-empty string naming a top-level sandbox block")
+    found = (named_configs or {}).get(sandbox_provider)
+    if found is not None:
+        return _plain(found), f"reference {sandbox_provider!r}"
+    known = ", ".join(map(repr, _sandbox_blocks(named_configs))) or "(none)"
+    raise ValueError(
+        f"sandbox_provider {sandbox_provider!r} is not defined in the merged config; add a top-level "
+        f"'{sandbox_provider}:' block (see nemo_gym/sandbox/providers/local/configs/local.yaml) to one of "
+        f"config_paths. Available sandbox configs: {known}"
     )
 
 

@@ -115,6 +115,18 @@ def _port(raw: Any) -> int:
     return port
 
 
+def _unique_ports(ports: object) -> tuple[int, ...]:
+    """``SandboxSpec.ports`` as a tuple of ints, each valid and listed once."""
+    if not isinstance(ports, (list, tuple)):
+        raise TypeError(f"SandboxSpec.ports is a {type(ports).__name__}; give a list of TCP port numbers")
+    seen: dict[int, None] = {}
+    for port in map(_port, ports):
+        if port in seen:
+            raise ValueError(f"Duplicate sandbox TCP port: {port} is listed twice in SandboxSpec.ports")
+        seen[port] = None
+    return tuple(seen)
+
+
 @dataclass(frozen=True)
 class SandboxSpec:
     """What to create. Fields keep NeMo Gym's order, so positional construction means the same thing here.
@@ -136,17 +148,9 @@ class SandboxSpec:
     ports: tuple[int, ...] | list[int] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.resources, SandboxResources):
-            object.__setattr__(self, "resources", SandboxResources.from_mapping(self.resources))
-        if not isinstance(self.ports, (list, tuple)):
-            raise TypeError("Sandbox ports must be a list or tuple of TCP port numbers")
-        ports: list[int] = []
-        for raw in self.ports:
-            port = _port(raw)
-            if port in ports:
-                raise ValueError(f"Duplicate sandbox TCP port: {port}")
-            ports.append(port)
-        object.__setattr__(self, "ports", tuple(ports))
+        # Frozen: normalised values go in through object.__setattr__.
+        object.__setattr__(self, "resources", SandboxResources.of(self.resources))
+        object.__setattr__(self, "ports", _unique_ports(self.ports))
 
 
 @dataclass

@@ -18,7 +18,16 @@ from typing import IO, Any, TypeVar
 
 from nemo_gym.sandbox.providers.base import SandboxCreateVerificationError, SandboxExecResult
 
-__all__ = ["ProbeConfig", "ProcessOutput", "coerce_config", "kill_group", "run_process", "wait_until_ready"]
+__all__ = [
+    "EXEC_LIMITS",
+    "ProbeConfig",
+    "ProcessOutput",
+    "check_limits",
+    "coerce_config",
+    "kill_group",
+    "run_process",
+    "wait_until_ready",
+]
 
 C = TypeVar("C")
 
@@ -102,22 +111,34 @@ async def run_process(
 
 def coerce_config(value: C | Mapping[str, Any] | None, config_class: type[C]) -> C:
     """A config section from YAML (a mapping), an instance, or nothing (the defaults)."""
-    if value is None:
-        return config_class()
     if isinstance(value, config_class):
         return value
-    if isinstance(value, Mapping):
-        return config_class(**value)
-    raise TypeError(f"{config_class.__name__} must be a mapping or {config_class.__name__} instance")
+    options = {} if value is None else value
+    if not isinstance(options, Mapping):
+        raise TypeError(
+            f"{config_class.__name__}: expected a mapping of options (or an instance), got {type(options).__name__}"
+        )
+    return config_class(**options)
 
 
-def check_exec_limits(default_timeout_s: float | None, concurrency: int) -> None:
-    """The ``exec:`` limits every container provider shares: a positive default timeout (or none) and at least one
-    command at a time."""
-    if default_timeout_s is not None and default_timeout_s <= 0:
-        raise ValueError("exec.default_timeout_s must be > 0")
-    if concurrency < 1:
-        raise ValueError("exec.concurrency must be >= 1")
+_BOUNDS: dict[str, Callable[[float], bool]] = {
+    "> 0": lambda value: value > 0,
+    ">= 0": lambda value: value >= 0,
+    ">= 1": lambda value: value >= 1,
+}
+
+
+def check_limits(section: str, config: object, rules: Mapping[str, str]) -> None:
+    """Refuse the first field of ``config`` outside its bound (``rules`` maps field name to a ``_BOUNDS`` key);
+    ``None`` means "not set" and always passes."""
+    for name, bound in rules.items():
+        value = getattr(config, name)
+        if value is not None and not _BOUNDS[bound](value):
+            raise ValueError(f"sandbox config {section}.{name} is {value!r}; set it {bound}")
+
+
+EXEC_LIMITS = {"default_timeout_s": "> 0", "concurrency": ">= 1"}
+"""The ``exec:`` bounds every container provider shares."""
 
 
 @dataclass(frozen=True)
@@ -134,14 +155,10 @@ class ProbeConfig:
     stable_delay_s: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.command is not None and self.timeout_s <= 0:
-            raise ValueError("probe.timeout_s must be > 0")
-        if self.deadline_s is not None and self.deadline_s <= 0:
-            raise ValueError("probe.deadline_s must be > 0")
-        if self.stable_count < 1:
-            raise ValueError("probe.stable_count must be >= 1")
-        if self.stable_delay_s < 0:
-            raise ValueError("probe.stable_delay_s must be >= 0")
+        rules = {"deadline_s": "> 0", "stable_count": ">= 1", "stable_delay_s": ">= 0"}
+        if self.command is not None:  # without a command nothing runs, so its timeout does not matter
+            rules = {"timeout_s": "> 0", **rules}
+        check_limits("probe", self, rules)
 
 
 async def wait_until_ready(

@@ -76,37 +76,51 @@ def _entry_points() -> dict[str, Callable[[], Any]]:
 def register_provider(name: str, provider_class: ProviderClass, *, override: bool = False) -> None:
     """Make ``provider_class`` available under ``name``; taking a name already in use needs ``override=True``."""
     if not name:
-        raise ValueError("Provider name must be non-empty")
-    if not override and (name in _registered or name in _BUILTIN):
-        raise ValueError(f"Sandbox provider {name!r} is already registered")
+        raise ValueError("register_provider(): the provider name must be non-empty")
+    taken = name in _registered or name in _BUILTIN
+    if taken and not override:
+        raise ValueError(f"sandbox provider {name!r} is already registered; pass override=True to replace it")
     _registered[name] = provider_class
+
+
+def _builtin_class(name: str) -> ProviderClass | None:
+    target = _BUILTIN.get(name)
+    return None if target is None else _import_builtin(target)
+
+
+def _installed_class(name: str) -> ProviderClass | None:
+    load = _entry_points().get(name)
+    return None if load is None else load()
 
 
 def get_provider_class(name: str) -> ProviderClass:
     """The class behind ``name``: registered first, then built-in, then installed entry points."""
-    if name in _registered:
-        return _registered[name]
-    if name in _BUILTIN:
-        return _import_builtin(_BUILTIN[name])
-    loader = _entry_points().get(name)
-    if loader is not None:
-        loaded: ProviderClass = loader()
-        return loaded
-    raise ValueError(f"Unknown sandbox provider {name!r}. Available providers: {', '.join(list_providers())}")
+    for lookup in (_registered.get, _builtin_class, _installed_class):
+        found = lookup(name)
+        if found is not None:
+            return found
+    raise ValueError(
+        f"Unknown sandbox provider {name!r}. Available providers: {', '.join(list_providers())} "
+        "(install or register_provider() another)"
+    )
 
 
 def create_provider(config: Mapping[str, Any]) -> SandboxProvider:
     """Build a provider from a one-key config, ``{name: constructor keyword arguments}`` (``None`` means none)."""
-    if len(config) != 1:
-        raise ValueError(f"Sandbox provider config must contain exactly one provider name, got {list(config)!r}")
-    name, options = next(iter(config.items()))
-    if not isinstance(name, str) or not name:
-        raise ValueError("Sandbox provider name must be a non-empty string")
-    if options is None:
-        options = {}
-    if not isinstance(options, Mapping):
-        raise TypeError(f"Sandbox provider {name!r} config must be a mapping, got {type(options).__name__}")
-    return get_provider_class(name)(**dict(options))
+    entries = list(config.items())
+    if len(entries) != 1:
+        raise ValueError(
+            f"a sandbox provider config holds exactly one provider name as its key; got keys {list(config)!r}"
+        )
+    [(name, options)] = entries
+    if not name or not isinstance(name, str):
+        raise ValueError(f"sandbox provider config key {name!r}: the provider name must be a non-empty string")
+    if options is not None and not isinstance(options, Mapping):
+        raise TypeError(
+            f"sandbox provider {name!r}: its options must be a mapping of keyword arguments, "
+            f"got a {type(options).__name__}"
+        )
+    return get_provider_class(name)(**dict(options or {}))
 
 
 def list_providers() -> list[str]:

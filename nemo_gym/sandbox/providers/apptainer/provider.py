@@ -35,9 +35,10 @@ from nemo_gym.sandbox.providers.base import (
     SandboxStatus,
 )
 from nemo_gym.sandbox.providers.process import (
+    EXEC_LIMITS,
     ProbeConfig,
     ProcessOutput,
-    check_exec_limits,
+    check_limits,
     coerce_config,
     run_process,
     wait_until_ready,
@@ -98,10 +99,11 @@ class ApptainerCreateConfig:
     apply_resource_limits: bool = True
 
     def __post_init__(self) -> None:
-        if self.start_timeout_s is not None and self.start_timeout_s <= 0:
-            raise ValueError("create.start_timeout_s must be > 0")
-        if not self.mount_point.startswith("/"):
-            raise ValueError("create.mount_point must be an absolute path")
+        check_limits("create", self, {"start_timeout_s": "> 0"})
+        if not posixpath.isabs(self.mount_point):
+            raise ValueError(
+                f"sandbox config create.mount_point is {self.mount_point!r}; use an absolute path such as /sandbox"
+            )
 
 
 @dataclass(frozen=True)
@@ -115,7 +117,7 @@ class ApptainerExecConfig:
     concurrency: int = 32
 
     def __post_init__(self) -> None:
-        check_exec_limits(self.default_timeout_s, self.concurrency)
+        check_limits("exec", self, EXEC_LIMITS)
 
 
 @dataclass(frozen=True)
@@ -195,9 +197,9 @@ class ApptainerProvider:
         probe: ApptainerProbeConfig | Mapping[str, Any] | None = None,
         bin_path: str | None = None,
     ) -> None:
-        self._exec_config = coerce_config(exec, ApptainerExecConfig)
         self._create_config = coerce_config(create, ApptainerCreateConfig)
-        self._probe = coerce_config(probe, ApptainerProbeConfig)
+        self._exec_config = coerce_config(exec, ApptainerExecConfig)
+        self._readiness = coerce_config(probe, ApptainerProbeConfig)
         self._bin_path = bin_path
         self._binary: str | None = None
         self._semaphore = asyncio.Semaphore(self._exec_config.concurrency)
@@ -257,9 +259,11 @@ class ApptainerProvider:
                 output = await self._apptainer(
                     "instance", "start", *flags, *env_flags, image, name, timeout_s=self._create_config.start_timeout_s
                 )
-        except TimeoutError as e:
+        except TimeoutError as late:
             shutil.rmtree(staging_dir, ignore_errors=True)
-            raise ApptainerCreateError(f"apptainer instance start timed out for image={image!r}: {e}") from e
+            raise ApptainerCreateError(
+                f"{image!r} did not start as an apptainer instance in time ({late}); raise create.start_timeout_s"
+            ) from late
         except BaseException:
             shutil.rmtree(staging_dir, ignore_errors=True)
             raise
@@ -273,7 +277,7 @@ class ApptainerProvider:
         handle = SandboxHandle(sandbox_id=name, provider_name=self.name, raw=instance)
         try:
             await wait_until_ready(
-                self._probe,
+                self._readiness,
                 lambda command, timeout: self.exec(handle, command, timeout_s=timeout),
                 name,
                 ApptainerCreateVerificationError,

@@ -34,9 +34,10 @@ from nemo_gym.sandbox.providers.base import (
     SandboxStatus,
 )
 from nemo_gym.sandbox.providers.process import (
+    EXEC_LIMITS,
     ProbeConfig,
     ProcessOutput,
-    check_exec_limits,
+    check_limits,
     coerce_config,
     run_process,
     wait_until_ready,
@@ -104,14 +105,13 @@ class DockerCreateConfig:
     publish_host: str = "127.0.0.1"
 
     def __post_init__(self) -> None:
-        if self.start_timeout_s is not None and self.start_timeout_s <= 0:
-            raise ValueError("create.start_timeout_s must be > 0")
-        if self.pids_limit is not None and self.pids_limit <= 0:
-            raise ValueError("create.pids_limit must be > 0")
+        check_limits("create", self, {"start_timeout_s": "> 0", "pids_limit": "> 0"})
         try:
             ipaddress.ip_address(self.publish_host)
         except ValueError:
-            raise ValueError("create.publish_host must be an IPv4 or IPv6 address") from None
+            raise ValueError(
+                f"sandbox config create.publish_host is {self.publish_host!r}; set it to an IP address such as 127.0.0.1"
+            ) from None
 
 
 @dataclass(frozen=True)
@@ -124,9 +124,11 @@ class DockerExecConfig:
     exec_shell: str | None = None
 
     def __post_init__(self) -> None:
-        check_exec_limits(self.default_timeout_s, self.concurrency)
-        if self.exec_shell is not None and not self.exec_shell:
-            raise ValueError("exec.exec_shell must be null (auto) or a non-empty shell name/path")
+        check_limits("exec", self, EXEC_LIMITS)
+        if self.exec_shell == "":
+            raise ValueError(
+                "sandbox config exec.exec_shell is empty; name a shell (e.g. /bin/bash) or use null for auto"
+            )
 
 
 @dataclass(frozen=True)
@@ -145,13 +147,13 @@ class _Container:
 
 
 def _string_list(value: Any, option: str) -> list[str]:
-    if value is None:
-        return []
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return [str(item) for item in value]
-    raise DockerCreateError(f"provider_options[{option!r}] must be a string or list, got {type(value).__name__}")
+    """A provider option that may be one string or a list of them, as a list."""
+    items = [] if value is None else [value] if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)):
+        raise DockerCreateError(
+            f"spec.provider_options[{option!r}] is a {type(value).__name__}; give a string or a list of strings"
+        )
+    return [str(item) for item in items]
 
 
 def _host(host: str) -> str:
@@ -174,9 +176,9 @@ class DockerProvider:
         create: DockerCreateConfig | Mapping[str, Any] | None = None,
         probe: DockerProbeConfig | Mapping[str, Any] | None = None,
     ) -> None:
-        self._exec_config = coerce_config(exec, DockerExecConfig)
         self._create_config = coerce_config(create, DockerCreateConfig)
-        self._probe = coerce_config(probe, DockerProbeConfig)
+        self._exec_config = coerce_config(exec, DockerExecConfig)
+        self._readiness = coerce_config(probe, DockerProbeConfig)
         self._binary: str | None = None
         self._semaphore = asyncio.Semaphore(self._exec_config.concurrency)
 
@@ -254,7 +256,7 @@ class DockerProvider:
         handle = SandboxHandle(sandbox_id=name, provider_name=self.name, raw=container)
         try:
             await wait_until_ready(
-                self._probe,
+                self._readiness,
                 lambda command, timeout: self.exec(handle, command, timeout_s=timeout),
                 name,
                 DockerCreateVerificationError,
@@ -266,12 +268,14 @@ class DockerProvider:
         return handle
 
     async def _pick_shell(self, name: str) -> str:
-        if self._exec_config.exec_shell:
-            return self._exec_config.exec_shell
-        with contextlib.suppress(Exception):
-            if (await self._docker("exec", name, "sh", "-c", "command -v bash")).return_code == 0:
-                return "bash"  # conda's `source` and friends need it
-        return "sh"
+        configured = self._exec_config.exec_shell
+        if configured:
+            return configured
+        try:
+            probe = await self._docker("exec", name, "sh", "-c", "command -v bash")
+        except Exception:
+            return "sh"
+        return "bash" if probe.return_code == 0 else "sh"  # bash when present: conda's `source` and friends need it
 
     async def _remove(self, name: str) -> None:
         with contextlib.suppress(Exception):
