@@ -68,21 +68,30 @@ def _block(sandbox_provider: str | Mapping[str, Any], named_configs: Mapping[str
     )
 
 
+def _mapping_block(
+    sandbox_provider: str | Mapping[str, Any], named_configs: Mapping[str, Any] | None
+) -> tuple[Mapping[str, Any], str]:
+    """:func:`_block`, refusing a block that is not a mapping (a YAML scalar or list under the name)."""
+    block, source = _block(sandbox_provider, named_configs)
+    if isinstance(block, Mapping):
+        return block, source
+    raise ValueError(f"the sandbox block from {source} must be a mapping {{provider: options}}; it is {block!r}")
+
+
 def resolve_provider_config(
     sandbox_provider: str | Mapping[str, Any], named_configs: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
     """``{provider_name: options}`` for ``create_provider``: the named block (looked up in ``named_configs``,
     usually the global config) or the inline mapping, without ``default_metadata``."""
-    block, source = _block(sandbox_provider, named_configs)
-    if not isinstance(block, Mapping):
-        raise ValueError(f"Sandbox provider config from {source} must be a mapping, got: {block!r}")
-    keys = _provider_keys(block)
-    if len(keys) != 1:
-        raise ValueError(
-            f"Sandbox provider config from {source} must have exactly one provider key {{provider_name: config}}, "
-            f"got keys: {keys!r}"
-        )
-    return {keys[0]: block[keys[0]]}
+    block, source = _mapping_block(sandbox_provider, named_configs)
+    match _provider_keys(block):
+        case [only]:
+            return {only: block[only]}
+        case keys:
+            raise ValueError(
+                f"the sandbox block from {source} must have exactly one provider key (besides "
+                f"{DEFAULT_METADATA_KEY}); it has {keys!r}"
+            )
 
 
 def resolve_provider_metadata(
@@ -90,10 +99,12 @@ def resolve_provider_metadata(
 ) -> dict[str, Any]:
     """The block's ``default_metadata`` (``{}`` when absent): defaults a server merges under its own
     ``SandboxSpec.metadata``, so tags that identify the runtime live with the runtime's config."""
-    block, source = _block(sandbox_provider, named_configs)
-    if not isinstance(block, Mapping):
-        raise ValueError(f"Sandbox provider config from {source} must be a mapping, got: {block!r}")
-    metadata = block.get(DEFAULT_METADATA_KEY) or {}
-    if not isinstance(metadata, Mapping):
-        raise ValueError(f"Sandbox '{DEFAULT_METADATA_KEY}' from {source} must be a mapping, got: {metadata!r}")
-    return dict(metadata)
+    block, source = _mapping_block(sandbox_provider, named_configs)
+    defaults = block.get(DEFAULT_METADATA_KEY)
+    if not defaults:
+        return {}
+    if isinstance(defaults, Mapping):
+        return dict(defaults)
+    raise ValueError(
+        f"'{DEFAULT_METADATA_KEY}' from {source} must be a mapping of tag names to values; it is {defaults!r}"
+    )

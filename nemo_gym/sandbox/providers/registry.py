@@ -75,11 +75,14 @@ def _entry_points() -> dict[str, Callable[[], Any]]:
 
 def register_provider(name: str, provider_class: ProviderClass, *, override: bool = False) -> None:
     """Make ``provider_class`` available under ``name``; taking a name already in use needs ``override=True``."""
-    if not name:
-        raise ValueError("register_provider(): the provider name must be non-empty")
-    taken = name in _registered or name in _BUILTIN
-    if taken and not override:
-        raise ValueError(f"sandbox provider {name!r} is already registered; pass override=True to replace it")
+    in_use = name in _registered or name in _BUILTIN
+    if not name or (in_use and not override):
+        reason = (
+            f"{name!r} is already registered; pass override=True to replace it"
+            if name
+            else "the provider name must be non-empty"
+        )
+        raise ValueError(f"register_provider(): {reason}")
     _registered[name] = provider_class
 
 
