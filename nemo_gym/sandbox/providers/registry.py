@@ -51,25 +51,21 @@ def _import_builtin(target: str) -> ProviderClass:
 def _entry_points() -> dict[str, Callable[[], Any]]:
     """Installed providers by name (read once per process)."""
     global _entry_point_cache
-    if _entry_point_cache is None:
-        found: dict[str, Callable[[], Any]] = {}
-        owners: dict[str, str] = {}
-        for entry in entry_points(group=ENTRY_POINT_GROUP):
-            owner = getattr(getattr(entry, "dist", None), "name", None) or "<unknown distribution>"
-            if entry.name in found:
-                raise ValueError(
-                    f"Duplicate sandbox provider entry point {entry.name!r} published by {owners[entry.name]!r} and "
-                    f"{owner!r}; rename one of them"
-                )
-            if entry.name in _registered or entry.name in _BUILTIN:
-                logger.warning(
-                    "Sandbox provider entry point %r from %r is shadowed by a provider of the same name; ignored",
-                    entry.name,
-                    owner,
-                )
-            found[entry.name] = entry.load
-            owners[entry.name] = owner
-        _entry_point_cache = found
+    if _entry_point_cache is not None:
+        return _entry_point_cache
+    claims: dict[str, tuple[str, Callable[[], Any]]] = {}  # name -> (distribution, loader)
+    for entry in entry_points(group=ENTRY_POINT_GROUP):
+        dist = getattr(getattr(entry, "dist", None), "name", None) or "<unknown distribution>"
+        earlier = claims.get(entry.name)
+        if earlier is not None:
+            raise ValueError(
+                f"Duplicate sandbox provider entry point {entry.name!r}: both {earlier[0]!r} and {dist!r} publish "
+                "it; uninstall or rename one"
+            )
+        claims[entry.name] = (dist, entry.load)
+        if entry.name in _BUILTIN or entry.name in _registered:
+            logger.warning("entry point %r of %r ignored: shadowed by a provider of that name", entry.name, dist)
+    _entry_point_cache = {name: loader for name, (_, loader) in claims.items()}
     return _entry_point_cache
 
 
