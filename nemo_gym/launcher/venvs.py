@@ -2,7 +2,9 @@
 
 Servers pin conflicting dependencies, so each implementation directory gets its own venv, built with ``uv`` from its
 ``requirements.txt`` or ``pyproject.toml``. The framework itself is always installed into it from the launcher's own
-install root, so every server runs the same framework code as the launcher.
+install root, so every server runs the same framework code as the launcher. A folder written inside a NeMo Gym
+checkout (its requirements name ``nemo-gym`` by a path that is not this framework) also gets the ``compat`` extra:
+the libraries NeMo Gym's core installs into every venv, which such folders import without declaring.
 
 Cache layout: ``<cache_dir>/venvs/<server_type>/<impl>-<key>/``, where the key hashes the requirements (or
 pyproject) text, the implementation directory, the Python version and the framework's pyproject. A venv counts only
@@ -114,7 +116,11 @@ def _framework_fingerprint(framework_dir: Path | None = None) -> bytes:
     return f"nemo-gym=={__version__}".encode()
 
 
-_FRAMEWORK_LINE = re.compile(r"^(?:(?:-e|--editable)\s+)?nemo[-_.]?gym(?![\w.-])\s*(?:\[(?P<extras>[^\]]*)\])?", re.I)
+_FRAMEWORK_LINE = re.compile(
+    r"^(?:(?:-e|--editable)\s+)?nemo[-_.]?gym(?![\w.-])\s*(?:\[(?P<extras>[^\]]*)\])?(?:\s*@\s*(?P<url>\S+))?", re.I
+)
+COMPAT_EXTRA = "compat"
+"""Our extra with the third-party libraries NeMo Gym's core brings into every server venv (pyproject.toml)."""
 _PATH_OPTION = re.compile(
     r"^(?P<option>-r|--requirement|-c|--constraint|-e|--editable)(?P<sep>\s+|=)(?P<path>\S+)(?P<rest>.*)$"
 )
@@ -139,11 +145,23 @@ def _names_framework_dir(value: str, base: Path) -> bool:
     return False
 
 
+def _written_for_nemo_gym(path: str, base: Path) -> bool:
+    """Whether a local path given for the framework points somewhere other than this framework: the folder was written
+    inside a NeMo Gym checkout (``-e nemo-gym[dev] @ ../../``), or copied out of one."""
+    if not _is_local_path(path):
+        return False
+    with contextlib.suppress(OSError):
+        return (base / Path(path.split("[", 1)[0]).expanduser()).resolve() != PARENT_DIR
+    return True
+
+
 def rewrite_requirements(text: str, base: Path, framework_dir: Path | None = None) -> str:
     """Requirements with every line naming the framework replaced by :func:`framework_requirement`.
 
     Relative paths (``-r other.txt``, ``-e ./pkg``, ``../lib``) are made absolute against ``base``, the requirement
-    file's directory, because the rewritten file lives elsewhere. The framework is added if no line named it.
+    file's directory, because the rewritten file lives elsewhere. The framework is added if no line named it. A
+    folder written for NeMo Gym gets our ``compat`` extra as well, unless another framework (``framework_dir``, the
+    migration check's control) is installed, which brings its own libraries.
     """
     out: list[str] = []
     framework_extras: set[str] = set()
@@ -159,6 +177,9 @@ def rewrite_requirements(text: str, base: Path, framework_dir: Path | None = Non
             named_framework = True
             extras = match.group("extras") if match else (editable_path.split("[", 1) + [""])[1].rstrip("]")
             framework_extras.update(e.strip() for e in (extras or "").split(",") if e.strip())
+            path = match["url"] if match and match["url"] else editable_path
+            if framework_dir is None and _written_for_nemo_gym(path, base):
+                framework_extras.add(COMPAT_EXTRA)
             continue
         option = _PATH_OPTION.match(line)
         is_file_option = option is not None and option["option"] in ("-r", "--requirement", "-c", "--constraint")
@@ -343,17 +364,26 @@ def _build(spec: VenvSpec, ctx: BuildContext) -> None:
         if (spec.impl_dir / OVERRIDES_FILE).is_file():
             install += ["--override", str(spec.impl_dir / OVERRIDES_FILE)]
     else:
-        if _sources_name_framework(spec.spec_file):
+        extras = ""
+        if (source := _framework_source(spec.spec_file)) is not None:
             install.append("--no-sources")  # its [tool.uv.sources] would install the other framework beside ours
-        install += [*framework_requirement(framework_dir=spec.framework_dir).split(" ", 1), "-e", str(spec.impl_dir)]
+            if spec.framework_dir is None and _written_for_nemo_gym(source, spec.impl_dir):
+                extras = COMPAT_EXTRA
+        framework = framework_requirement(extras, spec.framework_dir)
+        install += [*framework.split(" ", 1), "-e", str(spec.impl_dir)]
     _run(ctx, install, spec.impl_dir)
 
 
-def _sources_name_framework(pyproject: Path) -> bool:
-    """Whether a server's pyproject points ``nemo-gym`` at a path of its own in ``[tool.uv.sources]``."""
+def _framework_source(pyproject: Path) -> str | None:
+    """Where a server's pyproject points ``nemo-gym`` in ``[tool.uv.sources]`` (its ``path``, or ``""`` for another
+    kind of source); None when it names no source for it."""
     text = pyproject.read_text(encoding="utf-8")
     sources = text.split("[tool.uv.sources]", 1)[1].split("\n[", 1)[0] if "[tool.uv.sources]" in text else ""
-    return re.search(r"(?m)^\s*nemo[-_.]?gym\s*=", sources) is not None
+    line = re.search(r"(?m)^\s*nemo[-_.]?gym\s*=(?P<source>.*)$", sources)
+    if line is None:
+        return None
+    path = re.search(r'\bpath\s*=\s*"(?P<path>[^"]+)"', line["source"])
+    return path["path"] if path else ""
 
 
 def _run(ctx: BuildContext, args: list[str], cwd: Path) -> None:

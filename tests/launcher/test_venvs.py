@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import json
 import platform
+import re
 import sys
 import threading
 import time
@@ -17,9 +18,11 @@ from nemo_gym import PARENT_DIR
 from nemo_gym.errors import ConfigError
 from nemo_gym.launcher import ServerLaunchError, running_servers
 from nemo_gym.launcher.venvs import (
+    COMPAT_EXTRA,
     READY_MARKER,
     BuildCancelled,
     BuildContext,
+    _framework_source,
     build_venv,
     framework_requirement,
     rewrite_requirements,
@@ -56,7 +59,7 @@ def test_framework_lines_are_replaced_and_paths_made_absolute(tmp_path: Path) ->
         ]
     )
     lines = rewrite_requirements(text, tmp_path).splitlines()
-    assert framework_requirement("dev") in lines
+    assert framework_requirement(f"{COMPAT_EXTRA},dev") in lines
     assert not any("nemo_gym==" in line or "@ ../../" in line for line in lines)
     assert f"-r {tmp_path / 'extra.txt'}" in lines
     assert f"-e {tmp_path / 'local_pkg'}" in lines
@@ -69,6 +72,46 @@ def test_framework_is_added_when_not_named_and_a_path_to_it_counts(tmp_path: Pat
     relative = "../" * (len(tmp_path.parts) - 1) + str(PARENT_DIR).lstrip("/")
     lines = rewrite_requirements(f"-e {relative}\n", tmp_path).splitlines()
     assert lines[1:] == [framework_requirement()]
+
+
+def test_a_folder_written_inside_a_nemo_gym_checkout_gets_the_compat_extra(tmp_path: Path) -> None:
+    """NeMo Gym's folders import pandas, datasets, ray ... that only its core declares: naming nemo-gym by a path that
+    is not this framework marks such a folder, and its venv gets our ``compat`` extra with those libraries."""
+    write(tmp_path / "Gym" / "pyproject.toml", '[project]\nname = "nemo-gym"\n')
+    folder = tmp_path / "Gym" / "resources_servers" / "env"
+    for line in ("-e nemo-gym[dev] @ ../../", "-e nemo-gym @ ../..", "-e ../..[dev]"):
+        framework = rewrite_requirements(line + "\n", folder).splitlines()[1]
+        assert framework in (framework_requirement(f"{COMPAT_EXTRA},dev"), framework_requirement(COMPAT_EXTRA)), line
+    ours = "../" * (len(folder.parts) - 1) + str(PARENT_DIR).lstrip("/")
+    for line, extras in (
+        ("nemo-gym", ""),
+        ("nemo-gym[dev]", "dev"),
+        (f"-e nemo-gym[dev] @ {ours}", "dev"),
+        (f"-e {ours}", ""),
+    ):
+        assert rewrite_requirements(line + "\n", folder).splitlines()[1] == framework_requirement(extras), line
+    control = rewrite_requirements("-e nemo-gym[dev] @ ../../\n", folder, framework_dir=tmp_path / "Gym")
+    assert control.splitlines()[1] == f"-e {tmp_path / 'Gym'}[dev]", "the control's own core brings its libraries"
+
+
+def test_the_compat_extra_lists_what_nemo_gym_folders_import_undeclared() -> None:
+    """The extra exists in our pyproject, so the rewritten line installs something (uv ignores an unknown extra)."""
+    import tomllib
+
+    extras = tomllib.loads((PARENT_DIR / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    names = {re.split(r"[\[<>=]", requirement)[0].lower() for requirement in extras[COMPAT_EXTRA]}
+    assert {"datasets", "ray", "requests", "mlflow"} <= names
+
+
+def test_a_pyproject_folder_sourcing_nemo_gym_from_a_checkout_gets_the_compat_extra(tmp_path: Path) -> None:
+    folder = tmp_path / "Gym" / "responses_api_models" / "m"
+    write(
+        folder / "pyproject.toml",
+        '[project]\nname = "m"\n\n[tool.uv.sources]\nnemo-gym = { path = "../..", editable = true }\n',
+    )
+    assert _framework_source(folder / "pyproject.toml") == "../.."
+    write(folder / "pyproject.toml", '[project]\nname = "m"\n\n[tool.uv.sources]\nother = { path = "../.." }\n')
+    assert _framework_source(folder / "pyproject.toml") is None
 
 
 def test_exactly_one_dependency_file_is_required(tmp_path: Path) -> None:
