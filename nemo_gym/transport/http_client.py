@@ -24,6 +24,7 @@ import threading
 from collections.abc import AsyncGenerator, Callable, Mapping
 from datetime import UTC, datetime
 from functools import lru_cache
+from http.cookies import Morsel
 from typing import Any, Final
 
 import aiohttp
@@ -60,6 +61,9 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+Cookies = Mapping[str, "str | Morsel[str]"]
+"""What ``cookies=`` takes: plain values (:func:`cookies_from`), or a response's own ``cookies`` as they are."""
 
 RETRYABLE_STATUSES: Final[frozenset[int]] = frozenset({429, 502, 503, 504})
 """Statuses meaning "the server (or a proxy in front of it) did not act on this request; try again later"."""
@@ -289,7 +293,7 @@ def _snippet(body: bytes | None) -> str:
 
 
 def _build_headers(
-    headers: Mapping[str, str] | None, cookies: Mapping[str, str] | None, is_json: bool, nested: bool = False
+    headers: Mapping[str, str] | None, cookies: Cookies | None, is_json: bool, nested: bool = False
 ) -> Mapping[str, str] | None:
     """The request's headers: content type, the caller's own, cookies, and the nested-call mark inside a server."""
     if not cookies and headers is None:
@@ -313,10 +317,13 @@ def _build_headers(
     return merged
 
 
-def _cookie_header(cookies: Mapping[str, str]) -> str:
+def _cookie_header(cookies: Cookies) -> str:
     # Sent verbatim (as a browser echoes Set-Cookie values); only characters that would break the header are refused.
+    # A response's own ``cookies`` (Morsels, attributes and all) may be passed as they are, as NeMo Gym's agents do:
+    # only each morsel's value goes out.
     parts = []
-    for name, value in cookies.items():
+    for name, cookie in cookies.items():
+        value = cookie.coded_value if isinstance(cookie, Morsel) else cookie
         if any(bad in name or bad in value for bad in (";", "\r", "\n")) or "=" in name:
             raise ValueError(f"cookie {name!r} contains a character that cannot be sent in a Cookie header")
         parts.append(f"{name}={value}")
@@ -354,7 +361,7 @@ async def request(
     json: Any = None,
     data: bytes | None = None,
     headers: Mapping[str, str] | None = None,
-    cookies: Mapping[str, str] | None = None,
+    cookies: Cookies | None = None,
     server_name: str | None = None,
     url_path: str | None = None,
     config: TransportConfig | None = None,

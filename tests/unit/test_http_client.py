@@ -405,6 +405,25 @@ async def test_cookies_are_passed_explicitly_and_never_stored() -> None:
         assert await response_json(passed) == {"cookie_header": f"session={session_value}; rollout=7", "trace": "t1"}
 
 
+async def test_a_responses_own_cookies_can_be_passed_on_as_they_are() -> None:
+    """NeMo Gym's agents write ``cookies = resp.cookies`` and pass that on: only the values go out, never the
+    ``Path``/``HttpOnly`` attributes (a server would read those as a cookie named '', which Starlette then refuses to
+    set again)."""
+
+    async def login(_: web.Request) -> web.Response:
+        resp = web.Response(text="ok")
+        resp.headers.add("Set-Cookie", "session=abc123; Path=/; HttpOnly; SameSite=Lax")
+        return resp
+
+    async def whoami(req: web.Request) -> web.Response:
+        return web.json_response({"cookie_header": req.headers.get("Cookie")})
+
+    async with serve(web.post("/seed_session", login), web.get("/whoami", whoami)) as base:
+        seeded = await request("POST", f"{base}/seed_session", config=FAST)
+        passed = await request("GET", f"{base}/whoami", cookies=seeded.cookies, config=FAST)
+        assert await response_json(passed) == {"cookie_header": "session=abc123"}
+
+
 async def test_cookie_that_would_break_the_header_is_refused() -> None:
     with pytest.raises(ValueError, match="bad"):
         await request("GET", "http://127.0.0.1:9/", cookies={"bad": "a;b"})
