@@ -90,9 +90,18 @@ def repair_tail(path: Path) -> bool:
 
 def write_json_atomic(path: Path, value: Any) -> None:
     """Write a JSON file via a temporary file and rename, so readers never see half a file."""
+    write_bytes_atomic(path, orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write a text file (UTF-8) via a temporary file and rename."""
+    write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_bytes(orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+    temporary.write_bytes(data)
     os.replace(temporary, path)
 
 

@@ -357,15 +357,19 @@ def checkout_commit(checkout: Path) -> str | None:
     return None
 
 
-def write_report(path: Path, options: CheckOptions, interpreter: Interpreter, results: list[FolderResult]) -> None:
-    """The results as JSON: what was checked against what, then one object per folder."""
-    write_json_atomic(path, {
+def report_header(options: CheckOptions, interpreter: Interpreter) -> dict[str, str | None]:
+    """What was checked against what: the checkout, its commit, the ``nemo_gym`` installed, the Python."""
+    return {
         "checkout": str(options.checkout),
         "commit": checkout_commit(options.checkout),
         "nemo_gym": str(options.framework_dir or Path(__file__).resolve().parents[2]),
         "python": interpreter.version,
-        "folders": [asdict(result) for result in results],
-    })  # fmt: skip
+    }
+
+
+def write_report(path: Path, options: CheckOptions, interpreter: Interpreter, results: list[FolderResult]) -> None:
+    """The results as JSON: :func:`report_header`, then one object per folder."""
+    write_json_atomic(path, {**report_header(options, interpreter), "folders": [asdict(result) for result in results]})
 
 
 __all__ = [
@@ -374,6 +378,7 @@ __all__ = [
     "Interpreter",
     "check_folder",
     "find_checkout_folders",
+    "report_header",
     "resolve_interpreter",
     "run_check",
     "write_report",

@@ -175,24 +175,43 @@ def test_checkout_only_flags_need_a_checkout(workdir, capsys) -> None:
     assert "--jobs must be at least 1" in capsys.readouterr().err
 
 
+def test_a_comparison_needs_a_control_report_it_can_read(workdir, capsys) -> None:
+    checkout = make_checkout(workdir / "Gym")
+    assert main(["env", "test", "--checkout", str(checkout), "--markdown", "out.md"]) == 1
+    assert "--markdown writes ours beside a control: add --control JSON" in capsys.readouterr().err
+    write(workdir / "results.jsonl", '{"reward": 1.0}\n')
+    assert main(["env", "test", "--checkout", str(checkout), "--control", "results.jsonl"]) == 1
+    err = capsys.readouterr().err
+    assert "results.jsonl: not a report of `gym env test --checkout ... --json PATH`" in err and "Traceback" not in err
+    assert main(["env", "test", "--checkout", str(checkout), "--control", "missing.json"]) == 1
+    assert "missing.json: cannot read the control report" in capsys.readouterr().err
+
+
 @pytest.mark.e2e
 @pytest.mark.timeout(300)
 def test_a_nemo_gym_checkout_runs_against_our_nemo_gym(workdir, capsys) -> None:
     """Two folders, each in its own venv built from its upstream-style requirements: one passes with both import
     styles, an async test without a marker, a fixture and a skip; the other imports a name we lack."""
     checkout = make_checkout(workdir / "Gym")
-    report = workdir / "check.json"
+    report, control, markdown = workdir / "check.json", workdir / "control.json", workdir / "compatibility.md"
+    write(control, json.dumps({"checkout": str(checkout), "commit": None, "nemo_gym": str(checkout), "python": "3.13",
+                               "folders": [{"folder": "resources_servers/echo", "result": "failed", "failed": 1},
+                                           {"folder": "resources_servers/needs_more_api", "result": "passed"}]}))  # fmt: skip
     code = main(["env", "test", "--checkout", str(checkout), "--jobs", "2", "--timeout", "240", "--json", str(report),
-                 f"+cache_dir={workdir / 'cache'}"])  # fmt: skip
+                 "--control", str(control), "--markdown", str(markdown), f"+cache_dir={workdir / 'cache'}"])  # fmt: skip
     out = capsys.readouterr().out
     assert code == 1, out
     rows = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith("resources_servers/")}
-    assert rows["resources_servers/echo"][:5] == ["resources_servers/echo", "passed", "2", "0", "1"], out
-    assert rows["resources_servers/needs_more_api"][:6] == [
-        "resources_servers/needs_more_api", "failed", "0", "1", "0", "our-api"
+    assert rows["resources_servers/echo"][:6] == ["resources_servers/echo", "passed", "2", "0", "1", "failed"], out
+    assert rows["resources_servers/needs_more_api"][:7] == [
+        "resources_servers/needs_more_api", "failed", "0", "1", "0", "passed", "our-api"
     ], out  # fmt: skip
     assert "cannot import name 'a_name_no_nemo_gym_has' from 'nemo_gym.server_utils'" in out
-    assert out.rstrip().endswith("1 passed, 1 failed")
+    assert "1 passed, 1 failed" in out
+    assert "Parity: 0 of the 1 folders that pass on the control pass on ours; 1 do not; 1 pass only on ours." in out
+    written = markdown.read_text()
+    assert "- `resources_servers/needs_more_api`: our-api: ImportError: cannot import name" in written
+    assert "| `resources_servers/echo` | passed (2/0/1) | failed (0/1/0) |  |  |" in written
     saved = json.loads(report.read_text())
     assert saved["checkout"] == str(checkout) and saved["nemo_gym"] == str(PARENT_DIR)
     assert [(f["folder"], f["result"], f["cause"]) for f in saved["folders"]] == [

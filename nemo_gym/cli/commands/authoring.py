@@ -31,6 +31,10 @@ CHECKOUT_ONLY = (
          metavar="PATH"),
     Flag(("--python",), "with --checkout: the venvs' Python (a version such as 3.13, or a path)", metavar="PYTHON"),
     Flag(("--json",), "with --checkout: also write the results as JSON here", metavar="PATH"),
+    Flag(("--control",), "with --checkout: a control run's --json report, shown beside ours with the parity gaps",
+         metavar="JSON"),
+    Flag(("--markdown",), "with --checkout and --control: also write the comparison as Markdown here",
+         metavar="PATH"),
 )  # fmt: skip
 
 
@@ -104,14 +108,16 @@ def _test_checkout(invocation: Invocation, cache_dir: Path) -> int:
     """The migration check: every server folder of another checkout, tested against our nemo_gym (or --nemo-gym)."""
     import threading
 
+    from nemo_gym.authoring.compat_report import compare, load_check_report, render_markdown, summary_lines
     from nemo_gym.authoring.migration_check import (
         DEFAULT_TIMEOUT_S,
         CheckOptions,
+        report_header,
         resolve_interpreter,
         run_check,
         write_report,
     )
-    from nemo_gym.jsonl import check_writable_output
+    from nemo_gym.jsonl import check_writable_output, write_text_atomic
 
     checkout = Path(invocation.get("checkout")).expanduser().resolve()
     framework = invocation.get("nemo_gym")
@@ -125,6 +131,12 @@ def _test_checkout(invocation: Invocation, cache_dir: Path) -> int:
         python=invocation.get("python"),
     )
     json_path = check_writable_output(invocation.get("json"), "--json") if invocation.get("json") else None
+    control = load_check_report(Path(invocation.get("control")).expanduser()) if invocation.get("control") else None
+    if invocation.get("markdown") and control is None:
+        raise ConfigError("--markdown writes ours beside a control: add --control JSON (a control run's --json file)")
+    markdown_path = (
+        check_writable_output(invocation.get("markdown"), "--markdown") if invocation.get("markdown") else None
+    )
     interpreter = resolve_interpreter(options.python, options.framework_dir)
     if interpreter.note:
         print_warning(interpreter.note)
@@ -139,18 +151,28 @@ def _test_checkout(invocation: Invocation, cache_dir: Path) -> int:
                           f"{result.skipped} skipped, {result.seconds:.0f} s)", markup=False)  # fmt: skip
 
     results = run_check(options, interpreter, progress)
+    comparison = compare(results, control) if control is not None else None
     table = Table(title="Server folders", title_justify="left")
-    for column, justify in (("Folder", "left"), ("Result", "left"), ("Passed", "right"), ("Failed", "right"),
-                            ("Skipped", "right"), ("Cause", "left"), ("First error", "left")):  # fmt: skip
+    columns = [("Folder", "left"), ("Result", "left"), ("Passed", "right"), ("Failed", "right"), ("Skipped", "right"),
+               *([("Control", "left")] if comparison else []), ("Cause", "left"), ("First error", "left")]  # fmt: skip
+    for column, justify in columns:
         table.add_column(column, justify=justify)  # type: ignore[arg-type]
-    for r in results:
-        table.add_row(escape(r.folder), r.result, str(r.passed), str(r.failed), str(r.skipped), r.cause or "",
-                      escape(r.first_error[:200]))  # fmt: skip
+    for r, control_result in comparison.rows if comparison else ((r, None) for r in results):
+        beside = [control_result.result if control_result else "not run"] if comparison else []
+        table.add_row(escape(r.folder), r.result, str(r.passed), str(r.failed), str(r.skipped), *beside,
+                      r.cause or "", escape(r.first_error[:200]))  # fmt: skip
     console.print(table)
     if json_path is not None:
         write_report(json_path, options, interpreter, results)
     failed = [r for r in results if not r.ok]
     console.print(f"{len(results) - len(failed)} passed, {len(failed)} failed")
+    if comparison is not None and control is not None:
+        for line in summary_lines(comparison):
+            console.print(line, markup=False)
+        if markdown_path is not None:
+            header = report_header(options, interpreter)
+            write_text_atomic(markdown_path, render_markdown(comparison, header, control))
+            console.print(f"comparison written to {markdown_path}", markup=False)
     return 1 if failed else 0
 
 
