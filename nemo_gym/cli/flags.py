@@ -7,7 +7,8 @@ A flag does one of three things:
 * it names a key of the config itself (``override_key=``): ``--model gpt-x`` becomes the override
   ``+policy_model_name='gpt-x'``, because other config values interpolate it;
 * it selects config files: ``--config``, ``--environment``, ``--benchmark``, ``--resources-server`` and
-  ``--model-type`` all add to one ``+config_paths=[...]`` override.
+  ``--model-type`` all add to one ``+config_paths=[...]`` override: the packaged configs the selectors name first,
+  then the user's own ``--config`` files, so a user's file overrides what it names.
 
 Either way ``--limit 5`` and ``+limit=5`` mean the same, and anything a flag cannot say can still be said as
 ``+key=value``. A typed flag behaves as if it were written before the user's own overrides: ``+key`` of the same key
@@ -114,18 +115,20 @@ def quote(value: Any) -> str:
 
 def flags_to_overrides(args: argparse.Namespace, flags: tuple[Flag, ...], passthrough: list[str]) -> list[str]:
     """Translate parsed flags into override tokens, merged with the user's own ``key=value`` tokens."""
-    config_paths: list[str] = []
+    selected: list[str] = []  # packaged configs named by --environment, --resources-server, ...
+    given: list[str] = []  # the user's own --config files, merged after them so that they win
     tokens: list[str] = []
     for flag in flags:
         values = _given(args, flag)
         if not values or flag.field is not None:
             continue
         if flag.config_path:
-            config_paths.extend(str(v) for v in values)
+            given.extend(str(v) for v in values)
         elif flag.selector is not None:
-            config_paths.extend(str(resolve_selector(flag.selector, v)) for v in values)
+            selected.extend(str(resolve_selector(flag.selector, v)) for v in values)
         elif flag.override_key is not None:
             tokens.append(f"+{flag.override_key}=true" if flag.switch else f"+{flag.override_key}={quote(values[-1])}")
+    config_paths = selected + given
     remaining = []
     for token in passthrough:
         if re.match(r"^\+{1,2}config_paths=", token):

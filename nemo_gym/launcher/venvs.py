@@ -110,10 +110,13 @@ def framework_requirement(extras: str = "", framework_dir: Path | None = None) -
 
 
 def _framework_fingerprint(framework_dir: Path | None = None) -> bytes:
+    """Which framework a venv installs and from where: two source checkouts (an editable install each) never share
+    a venv, even with the same pyproject."""
+    where = framework_requirement(framework_dir=framework_dir).encode()
     pyproject = (framework_dir or PARENT_DIR) / PYPROJECT_FILE
     if pyproject.is_file():
-        return pyproject.read_bytes()
-    return f"nemo-gym=={__version__}".encode()
+        return where + b"\n" + pyproject.read_bytes()
+    return where
 
 
 _FRAMEWORK_LINE = re.compile(

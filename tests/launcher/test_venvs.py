@@ -114,6 +114,19 @@ def test_a_pyproject_folder_sourcing_nemo_gym_from_a_checkout_gets_the_compat_ex
     assert _framework_source(folder / "pyproject.toml") is None
 
 
+def test_two_source_checkouts_of_the_framework_never_share_a_venv(tmp_path: Path, monkeypatch) -> None:
+    """Each venv installs the framework editable from one checkout; another checkout with the same pyproject (a git
+    worktree) must get its own venv, or its servers would run the first checkout's code."""
+    import nemo_gym.launcher.venvs as venvs
+
+    impl = make_server(tmp_path, "env", requirements="six\n")
+    first = venv_spec("resources_servers", "env", impl, tmp_path / "cache", PY)
+    other = tmp_path / "worktree"
+    write(other / "pyproject.toml", (PARENT_DIR / "pyproject.toml").read_text())
+    monkeypatch.setattr(venvs, "PARENT_DIR", other)
+    assert venv_spec("resources_servers", "env", impl, tmp_path / "cache", PY).key != first.key
+
+
 def test_exactly_one_dependency_file_is_required(tmp_path: Path) -> None:
     impl = make_server(tmp_path, "both", requirements="six\n")
     write(impl / "pyproject.toml", "[project]\nname = 'x'\n")

@@ -104,8 +104,8 @@ def test_flags_and_plus_overrides_are_the_same(tree, capsys):
                          "--model-type", "fake_model", "--model", "gpt-x", "+policy_api_key=k")  # fmt: skip
     _, via_override, _ = run(
         capsys, "env", "resolve",
-        "+config_paths=[resources_servers/weather_impl/configs/weather_impl.yaml,"
-        "responses_api_models/fake_model/configs/fake_model.yaml]",
+        "+config_paths=[responses_api_models/fake_model/configs/fake_model.yaml,"
+        "resources_servers/weather_impl/configs/weather_impl.yaml]",
         "+policy_model_name=gpt-x", "+policy_api_key=k",
     )  # fmt: skip
     assert via_flag == via_override and "policy_model_name: gpt-x" in via_flag
@@ -117,6 +117,15 @@ def test_selector_config_paths_coalesce_with_user_config_paths(tree, capsys):
                          "+policy_api_key=k")  # fmt: skip
     assert code == 0, err
     assert "extra_setting: 7" in out and "fake_model.yaml" in out
+
+
+def test_a_users_config_file_overrides_the_configs_the_selectors_name(tree, capsys):
+    """``--config mine.yaml --resources-server x``: the file is the user's change to x, so it is merged last."""
+    write(tree / "mine.yaml", "weather:\n  resources_servers:\n    weather_impl:\n      domain: knowledge\n")
+    code, out, err = run(capsys, "env", "resolve", "--config", "mine.yaml", "--resources-server", "weather_impl",
+                         "--model-type", "fake_model", "+policy_api_key=k")  # fmt: skip
+    assert code == 0, err
+    assert "domain: knowledge" in out and "domain: agent" not in out
 
 
 def test_unknown_selector_suggests_close_names(tree, capsys):
