@@ -3,8 +3,9 @@
 Servers pin conflicting dependencies, so each implementation directory gets its own venv, built with ``uv`` from its
 ``requirements.txt`` or ``pyproject.toml``. The framework itself is always installed into it from the launcher's own
 install root, so every server runs the same framework code as the launcher. A folder written inside a NeMo Gym
-checkout (its requirements name ``nemo-gym`` by a path that is not this framework) also gets the ``compat`` extra:
-the libraries NeMo Gym's core installs into every venv, which such folders import without declaring.
+checkout (its requirements name ``nemo-gym`` by a path that is not this framework) gets the ``compat`` extra instead
+of ``dev``: the libraries NeMo Gym's core and its ``dev`` extra install into every venv, which such folders import
+without declaring, and the same ``openai`` pin.
 
 Cache layout: ``<cache_dir>/venvs/<server_type>/<impl>-<key>/``, where the key hashes the requirements (or
 pyproject) text, the implementation directory, the Python version and the framework's pyproject. A venv counts only
@@ -168,7 +169,7 @@ def rewrite_requirements(text: str, base: Path, framework_dir: Path | None = Non
     """
     out: list[str] = []
     framework_extras: set[str] = set()
-    named_framework = False
+    named_framework = written_for_nemo_gym = False
     for raw in text.splitlines():
         line = raw.split(" #", 1)[0].strip()
         if not line or line.startswith("#"):
@@ -182,7 +183,7 @@ def rewrite_requirements(text: str, base: Path, framework_dir: Path | None = Non
             framework_extras.update(e.strip() for e in (extras or "").split(",") if e.strip())
             path = match["url"] if match and match["url"] else editable_path
             if framework_dir is None and _written_for_nemo_gym(path, base):
-                framework_extras.add(COMPAT_EXTRA)
+                written_for_nemo_gym = True
             continue
         option = _PATH_OPTION.match(line)
         is_file_option = option is not None and option["option"] in ("-r", "--requirement", "-c", "--constraint")
@@ -193,6 +194,10 @@ def rewrite_requirements(text: str, base: Path, framework_dir: Path | None = Non
             out.append(str((base / Path(line).expanduser()).resolve()))
         else:
             out.append(line)
+    if written_for_nemo_gym:
+        # NeMo Gym's ``dev`` extra is its test tools, which ``compat`` has; ours (lint, type checking, a newer openai
+        # for our own suite) is not what the folder asked for.
+        framework_extras = (framework_extras - {"dev"}) | {COMPAT_EXTRA}
     framework = framework_requirement(",".join(sorted(framework_extras)), framework_dir)
     header = "# framework (replaces any nemo-gym line)" if named_framework else "# framework (always installed)"
     return "\n".join([header, framework, *out]) + "\n"
