@@ -21,6 +21,7 @@ from fastapi import Body, FastAPI, Request, Response
 from nemo_gym.base_resources_server import BaseRunRequest, BaseVerifyResponse
 from nemo_gym.base_resources_server import MetricsHooks as _MetricsHooks
 from nemo_gym.config.server_models import BaseRunServerInstanceConfig
+from nemo_gym.global_config import get_first_server_config_dict as _get_first_server_config_dict
 from nemo_gym.metrics import AggregateMetrics, AggregateMetricsRequest, aggregate_verify_responses
 from nemo_gym.observability import correlation as _correlation
 from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParamsNonStreaming
@@ -54,9 +55,12 @@ class SimpleResponsesAPIAgent(_MetricsHooks, SimpleServer):
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()
         app.post("/v1/responses")(self.responses)
+        # A self-call made with url_path_for_run lands on a prefixed twin, and url_path_for_request reads the id back.
+        # The twins are served whatever the config says: a caller may prefix its calls when this server does not.
+        prefixed = f"/{_correlation.ROLLOUT_PATH_PREFIX}/{{rollout_id}}"
+        app.post(f"{prefixed}/v1/responses")(self.responses)
+        app.post(f"{prefixed}/{_correlation.TOKEN_CAPTURE_PATH_SEGMENT}/v1/responses")(self.responses)
         if self._model_call_capture_enabled():
-            # A self-call made with url_path_for_run lands here; url_path_for_request reads the id back.
-            app.post("/ng-rollout/{rollout_id}/v1/responses")(self.responses)
             app.post("/run")(self._run_in_rollout_context())
         else:
             app.post("/run")(self.run)
@@ -101,10 +105,11 @@ class SimpleResponsesAPIAgent(_MetricsHooks, SimpleServer):
 
     def resolve_model_base_url(self, model_server_name: str, rollout_id: str | None = None) -> str:
         """``http://host:port[/ng-rollout/<id>]/v1`` of a model server, for agents that hand a base URL to an
-        OpenAI-compatible client."""
-        return (
-            f"{_correlation.apply_rollout_prefix(self.server_client.server_base_url(model_server_name), rollout_id)}/v1"
-        )
+        OpenAI-compatible client. Built by the client's ``_build_server_base_url`` from the instance's settings, as
+        NeMo Gym builds it, so a client that replaces that hook (a runner, a test's stand-in) decides the address."""
+        client = self.server_client
+        settings = _get_first_server_config_dict(client.global_config_dict, model_server_name)
+        return f"{_correlation.apply_rollout_prefix(client._build_server_base_url(settings), rollout_id)}/v1"
 
     async def responses(
         self, request: Request, response: Response, body: NeMoGymResponseCreateParamsNonStreaming

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
@@ -262,16 +262,18 @@ def masked_config_yaml(config: DictConfig) -> str:
 
 
 def get_first_server_config_dict(global_config_dict: DictConfig, top_level_path: str) -> DictConfig:
-    """The settings block of instance ``top_level_path``: ``config[name][<server type>][<implementation>]``."""
+    """The settings block of instance ``top_level_path``: ``config[name][<server type>][<implementation>]``.
+
+    A plain nested dict works too (agents' tests hand one over), and its block comes back as a dict."""
     block = global_config_dict.get(top_level_path)
-    inner = next(iter(block.values()), None) if isinstance(block, DictConfig) else None
-    settings = next(iter(inner.values()), None) if isinstance(inner, DictConfig) else None
-    if not isinstance(settings, DictConfig):
+    inner = next(iter(block.values()), None) if isinstance(block, Mapping) else None
+    settings = next(iter(inner.values()), None) if isinstance(inner, Mapping) else None
+    if not isinstance(settings, Mapping):
         raise ConfigError(
             f"no server instance named {top_level_path!r} in the config (expected "
             f"{top_level_path}.<server type>.<implementation>.<settings>)"
         )
-    return settings
+    return cast(DictConfig, settings)  # a DictConfig's block is one; a plain dict's is a dict
 
 
 def find_open_port(disallowed_ports: list[int] | None = None, max_retries: int = 50) -> int:

@@ -188,6 +188,8 @@ class ServerClient(BaseModel):
     def server_base_url(self, server_name: str) -> str:
         """``http://host:port`` of an instance. Cached: walking an OmegaConf tree on every call was the agent's
         single largest cost per request. An entry is only used while ``global_config_dict`` is the same object."""
+        if "_build_server_base_url" in vars(self):  # replaced on this client: its answer is not the shared one
+            return self._lookup_base_url(server_name)
         config = self.global_config_dict
         key = (id(config), server_name)
         hit = _base_url_cache.get(key)
@@ -211,8 +213,13 @@ class ServerClient(BaseModel):
             close = difflib.get_close_matches(server_name, names, n=3, cutoff=0.5)
             hint = f" Did you mean: {', '.join(close)}?" if close else f" Known servers: {', '.join(names) or 'none'}."
             raise ConfigError(f"no server named {server_name!r} in the config.{hint}")
-        inner = next(iter(block[server_type].values()))
-        return f"http://{inner.host}:{inner.port}"
+        return self._build_server_base_url(next(iter(block[server_type].values())))
+
+    def _build_server_base_url(self, server_config_dict: Any) -> str:
+        """``http://host:port`` of one instance's settings block. NeMo Gym's name: its agents call it to hand a
+        model server's URL to a CLI, and a runner may replace it on one client to send every call of that client
+        to another address."""
+        return f"http://{server_config_dict['host']}:{server_config_dict['port']}"
 
     async def request(self, method: str, server_name: str, url_path: str, **kwargs: Any) -> aiohttp.ClientResponse:
         from nemo_gym.transport import http_client

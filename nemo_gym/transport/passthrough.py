@@ -84,26 +84,38 @@ def check_status(
     :func:`request`) can only fail once the body is read, so its error comes with the ``await``, and it is the
     response's own (aiohttp's ``ClientResponseError``), as in NeMo Gym; a caller that
     forgets the ``await`` gets Python's "coroutine was never awaited" warning rather than silence.
+
+    Anything that is not an aiohttp response (the stand-ins environments' tests hand over) is judged as NeMo Gym
+    judges it, touching only what NeMo Gym touches: ``ok``, then on failure ``content.read()`` and its own
+    ``raise_for_status()``. Such a stand-in often has no ``status``, ``url`` or ``_body`` at all.
     """
-    status = resp.status
-    ok = 200 <= status < 300 if isinstance(status, int) else bool(resp.ok)  # a test double may only set `ok`
-    if ok:
+    real = isinstance(resp, aiohttp.ClientResponse)
+    status = resp.status if real else None
+    passed = 200 <= status < 300 if isinstance(status, int) else bool(resp.ok)  # a mock's status may be unset
+    if passed:
         return _Passed(resp)
-    if isinstance(getattr(resp, "_body", None), bytes):
+    if real and isinstance(getattr(resp, "_body", None), bytes):
         raise_for_status(resp, server_name, url_path)
-    return _raise_after_reading(resp, server_name, url_path)
+    return _raise_after_reading(resp, server_name, url_path, real)
 
 
 async def _raise_after_reading(
-    resp: aiohttp.ClientResponse, server_name: str | None, url_path: str | None
+    resp: aiohttp.ClientResponse, server_name: str | None, url_path: str | None, real: bool
 ) -> aiohttp.ClientResponse:
     """NeMo Gym's order: read the body, then the response's own ``raise_for_status()`` raises (aiohttp's
-    ``ClientResponseError``, or whatever a test double raises) with the body kept as ``response_content``."""
-    body = await resp.read()
+    ``ClientResponseError``, or whatever a test double raises) with the body kept as ``response_content``.
+
+    An aiohttp response is read with ``read()``, so its body stays readable after the error; a stand-in is read
+    through ``content`` as NeMo Gym reads it (its ``read()`` when it has no ``content``).
+    """
+    stream = None if real else getattr(resp, "content", None)
+    body = await (resp.read() if stream is None else stream.read())
     content = body if isinstance(body, bytes) else None
     try:
         resp.raise_for_status()
     except aiohttp.ClientResponseError as exc:
         exc.response_content = content  # type: ignore[attr-defined]  # NeMo Gym's extra attribute
         raise
+    if not real:
+        return resp  # a stand-in whose own check lets it pass: NeMo Gym lets the call go on
     raise status_error(resp, content, server_name, url_path)  # a response whose own check let it pass

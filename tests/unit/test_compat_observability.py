@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+from unittest.mock import MagicMock
 
 from fastapi import FastAPI, Request
 from fastapi.testclient import TestClient
@@ -156,6 +157,34 @@ def test_an_agent_resolves_a_model_base_url_with_the_rollout_prefix(tmp_path: Pa
     agent = _Agent(config=BaseResponsesAPIAgentConfig(name="agent", **_SERVER), server_client=client)
     assert agent.resolve_model_base_url("policy") == "http://10.0.0.1:8000/v1"
     assert agent.resolve_model_base_url("policy", "3-0") == "http://10.0.0.1:8000/ng-rollout/3-0/v1"
+
+
+def test_an_agent_builds_a_model_base_url_through_its_clients_hook() -> None:
+    """Agents' tests hand over ``MagicMock(spec=ServerClient)`` with only ``_build_server_base_url`` wired up."""
+    client = MagicMock(spec=ServerClient)
+    client.global_config_dict = {"policy": {"responses_api_models": {"vllm": {"host": "model-host", "port": 9000}}}}
+    client._build_server_base_url.side_effect = lambda settings: f"http://{settings['host']}:{settings['port']}"
+    agent = _Agent(config=BaseResponsesAPIAgentConfig(name="agent", **_SERVER), server_client=client)
+    assert agent.resolve_model_base_url("policy", "1-2") == "http://model-host:9000/ng-rollout/1-2/v1"
+    client._build_server_base_url.assert_called_once_with({"host": "model-host", "port": 9000})
+
+
+class _Echo(_Agent):
+    async def responses(self, request: Request, body: dict[str, Any]) -> dict[str, Any]:  # type: ignore[override]
+        return {"path": request.url.path, "rollout_id": request.path_params.get("rollout_id")}
+
+
+def test_an_agent_serves_the_prefixed_responses_routes_with_capture_off() -> None:
+    """A caller may prefix its self-calls with the rollout even when this agent's config does not capture."""
+    agent = _Echo(config=BaseResponsesAPIAgentConfig(name="agent", **_SERVER), server_client=_client({}))
+    client = TestClient(agent.setup_webserver())
+    assert client.post("/ng-rollout/1-2/v1/responses", json={}).json() == {
+        "path": "/ng-rollout/1-2/v1/responses",
+        "rollout_id": "1-2",
+    }
+    training = client.post("/ng-rollout/1-2/training-token-capture/v1/responses", json={})
+    assert training.json()["rollout_id"] == "1-2"
+    assert client.post("/v1/responses", json={}).json() == {"path": "/v1/responses", "rollout_id": None}
 
 
 def _captured_rollout(tmp_path: Path) -> dict[str, Any]:

@@ -13,7 +13,9 @@ import pytest
 from aiohttp import web
 from fastapi import Request
 from fastapi.testclient import TestClient
+from multidict import CIMultiDict, CIMultiDictProxy
 from omegaconf import OmegaConf
+from yarl import URL
 
 from nemo_gym import server_utils
 from nemo_gym.config.server_models import BaseRunServerInstanceConfig, BaseServerConfig
@@ -135,6 +137,58 @@ async def test_raise_for_status_lets_a_test_doubles_own_error_through() -> None:
         await raise_for_status(FakeResponse())  # type: ignore[arg-type]
 
 
+class _Content:
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+
+    async def read(self) -> bytes:
+        return self.body
+
+
+async def test_raise_for_status_judges_a_stand_in_by_ok_alone() -> None:
+    """Environments' tests hand over stand-ins with only what NeMo Gym reads: ``ok``, the body, maybe cookies."""
+
+    class Passing:
+        ok = True
+
+        async def read(self) -> bytes:
+            return b'{"answer": 42}'
+
+    passing = Passing()
+    assert await raise_for_status(passing) is passing  # type: ignore[arg-type]
+    assert await get_response_json(passing) == {"answer": 42}  # type: ignore[arg-type]
+
+    class FailingButLetThrough:
+        ok = False
+        content = _Content(b"ignored")
+
+        def raise_for_status(self) -> None:  # its own check decides, as in NeMo Gym
+            pass
+
+    lenient = FailingButLetThrough()
+    assert await raise_for_status(lenient) is lenient  # type: ignore[arg-type]
+
+
+async def test_raise_for_status_reads_a_failing_stand_ins_body_through_content() -> None:
+    """The body kept on the error is the one ``content.read()`` gives, as NeMo Gym reads it, not ``read()``'s."""
+    info = aiohttp.RequestInfo(URL("http://judge/v1/responses"), "POST", CIMultiDictProxy(CIMultiDict()))
+
+    class Refused:
+        ok = False
+        content = _Content(b"rate limited")
+
+        async def read(self) -> bytes:
+            return b'{"verdict": "yes"}'
+
+        def raise_for_status(self) -> None:
+            raise aiohttp.ClientResponseError(info, (), status=429, message="Too Many Requests")
+
+    with pytest.raises(aiohttp.ClientResponseError) as caught:
+        await raise_for_status(Refused())  # type: ignore[arg-type]
+    assert caught.value.status == 429
+    assert caught.value.response_content == b"rate limited"  # type: ignore[attr-defined]
+
+
 async def test_raise_for_status_on_a_read_error_raises_even_without_await() -> None:
     async with serve(web.get("/busy", refuse)) as url:
         resp = await http_client.request("GET", f"{url}/busy", retry=False)
@@ -217,6 +271,29 @@ def test_server_url_and_first_server_config_dict(global_config: None) -> None:
     assert get_first_server_config_dict(OmegaConf.create(CONFIG), "my_model").port == 8123
     with pytest.raises(ConfigError, match="no_such"):
         get_server_url("no_such")
+
+
+def test_first_server_config_dict_of_a_plain_dict() -> None:
+    """Agents' tests set ``global_config_dict`` to a plain nested dict; the settings block comes back as it is."""
+    plain = {"weather": {"resources_servers": {"mcp": {"host": "127.0.0.1", "port": 8123}}}}
+    assert get_first_server_config_dict(plain, "weather") == {"host": "127.0.0.1", "port": 8123}  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="weather"):
+        get_first_server_config_dict({"weather": {"resources_servers": {}}}, "weather")  # type: ignore[arg-type]
+
+
+def test_build_server_base_url_is_the_hook_every_address_goes_through() -> None:
+    """NeMo Gym's agents call ``_build_server_base_url`` on a settings block; a runner replaces it on one client to
+    send that client's calls elsewhere, without changing what other clients of the same config see."""
+    config = OmegaConf.create(CONFIG)
+    client = ServerClient.model_construct(global_config_dict=config)
+    assert client._build_server_base_url(get_first_server_config_dict(config, "my_model")) == "http://10.0.0.7:8123"
+    assert client._build_server_base_url({"host": "h", "port": 1}) == "http://h:1"
+    assert client.server_base_url("my_model") == "http://10.0.0.7:8123"
+
+    redirected = ServerClient.model_construct(global_config_dict=config)
+    redirected._build_server_base_url = lambda settings: "http://sandbox-model:9000"  # type: ignore[method-assign,assignment]
+    assert redirected.server_base_url("my_model") == "http://sandbox-model:9000"
+    assert client.server_base_url("my_model") == "http://10.0.0.7:8123"
 
 
 def test_request_debug_follows_the_config_key(global_config: None) -> None:
