@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
+import subprocess
+import sys
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -129,16 +130,31 @@ def test_the_config_file_goes_on_ctrl_c(server_root: Path, secret_config: list[s
     assert files_holding_secrets(server_root / "results") == []
 
 
+SIGTERM_SCRIPT = """
+import os, signal, sys
+from nemo_gym.launcher import running_servers
+try:
+    with running_servers(sys.argv[1:]) as run:
+        print(run.config_path, run.server_instances()[0]["pid"], flush=True)
+        os.kill(os.getpid(), signal.SIGTERM)
+except KeyboardInterrupt:
+    print("stopped in order", flush=True)
+"""
+
+
 def test_sigterm_stops_the_servers_in_order_and_removes_the_config_file(
     server_root: Path, secret_config: list[str]
 ) -> None:
-    with pytest.raises(KeyboardInterrupt), running_servers(secret_config) as run:
-        config_path = run.config_path
-        pid = run.server_instances()[0]["pid"]
-        os.kill(os.getpid(), signal.SIGTERM)  # delivered to this (main) thread: raises KeyboardInterrupt here
-    assert config_path is not None and not config_path.exists()
+    """In a process of its own: without the orderly path, SIGTERM would end that process, not a test run."""
+    done = subprocess.run(
+        [sys.executable, "-c", SIGTERM_SCRIPT, *secret_config], capture_output=True, text=True, timeout=240
+    )
+    lines = done.stdout.splitlines()
+    assert done.returncode == 0 and lines[-1] == "stopped in order", done.stdout + done.stderr
+    config_path, pid = lines[0].split()
+    assert not Path(config_path).exists()
     with pytest.raises(ProcessLookupError):
-        os.kill(pid, 0)
+        os.kill(int(pid), 0)
     assert files_holding_secrets(server_root / "results") == []
 
 
