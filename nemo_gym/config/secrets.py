@@ -8,7 +8,7 @@ The rule, in one place. A config value is a *secret* when it is a non-empty stri
    taken out (so ``max_output_tokens``, ``tokenizer``, ``authoring`` are not). Numbers, booleans and null are never
    secrets, whatever their key: ``max_tokens: 100`` stays as it is;
 2. it is the userinfo of a URL (``http://user:password@host``), found in any string: it is always masked, and the
-   password (or a user with no password) also counts as a secret value for rule 4;
+   password (or a user with no password) is also searched for elsewhere, as below;
 3. it is the credential after ``Bearer`` in any string (``custom_header: Bearer sk-...``);
 4. it came from ``env.yaml`` (the local secrets file), unless it is public by nature: a framework setting
    (``default_host``, ``results_dir``, ... the keys of :data:`RESERVED_TOP_LEVEL_KEYS`), a ``host``, a URL (only its
