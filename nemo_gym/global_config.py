@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -256,9 +256,10 @@ def get_server_instance_config(name: str, config: DictConfig | None = None) -> S
     raise ConfigError(f"no server instance named {name!r} in the config")
 
 
-def masked_config_yaml(config: DictConfig) -> str:
-    """The config as YAML with every secret-like value replaced by ``****``."""
-    return OmegaConf.to_yaml(OmegaConf.create(mask_secrets(OmegaConf.to_container(config, resolve=True))))
+def masked_config_yaml(config: DictConfig, secrets: Iterable[str] = ()) -> str:
+    """The config as YAML with every secret replaced by ``****`` (the rule: :mod:`nemo_gym.config.secrets`);
+    ``secrets``: more values to mask, such as a composed config's env.yaml values (``ComposedConfig.secrets``)."""
+    return OmegaConf.to_yaml(OmegaConf.create(mask_secrets(OmegaConf.to_container(config, resolve=True), secrets)))
 
 
 def get_first_server_config_dict(global_config_dict: DictConfig, top_level_path: str) -> DictConfig:

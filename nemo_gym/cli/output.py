@@ -18,6 +18,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from nemo_gym.config.secrets import mask_text
+
 EXIT_BROKEN_PIPE = 141
 """What a shell reports for a process stopped by SIGPIPE (128 + 13): the reader of the output went away."""
 COLUMN_GAP = "  "
@@ -88,12 +90,12 @@ err_console = GymConsole(stderr=True, highlight=False, soft_wrap=True)
 
 
 def print_error(message: str) -> None:
-    """``error: <message>`` on stderr, red on a terminal."""
-    err_console.print(f"[bold red]error:[/bold red] [red]{escape(message)}[/red]")
+    """``error: <message>`` on stderr, red on a terminal; a URL's userinfo or a bearer credential in it is masked."""
+    err_console.print(f"[bold red]error:[/bold red] [red]{escape(mask_text(message))}[/red]")
 
 
 def print_warning(message: str) -> None:
-    err_console.print(f"[yellow]warning: {escape(message)}[/yellow]")
+    err_console.print(f"[yellow]warning: {escape(mask_text(message))}[/yellow]")
 
 
 def stop_writing_stdout() -> int:

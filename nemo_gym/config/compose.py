@@ -32,6 +32,7 @@ from nemo_gym.config.includes import expand_config_paths, normalize_config_paths
 from nemo_gym.config.overrides import apply_overrides, overrides_as_dict, parse_overrides
 from nemo_gym.config.ports import DEFAULT_PORT_RANGE, reserve_port
 from nemo_gym.config.roots import find_path
+from nemo_gym.config.secrets import env_yaml_secrets, mask_value
 from nemo_gym.config.server_models import ServerInstanceConfig
 from nemo_gym.config.servers import (
     check_server_refs,
@@ -82,6 +83,8 @@ class ComposedConfig:
     env_yaml_path: Path | None = None
     unset: list[str] = field(default_factory=list)
     """With ``allow_unset``: one line per value left ``???``, saying what to set."""
+    secrets: frozenset[str] = frozenset()
+    """The values env.yaml set, masked wherever the config is shown (rule 4 of :mod:`nemo_gym.config.secrets`)."""
 
     @classmethod
     def of(cls, config: DictConfig | ComposedConfig) -> ComposedConfig:
@@ -150,9 +153,10 @@ def compose(options: ComposeOptions) -> ComposedConfig:
         )
     _fill_server_addresses(resolved, instances, options.reserve_ports)
     _propagate_agent_settings(resolved, instances)
-    config = OmegaConf.create(_swap_unset(resolved, _UNSET_PLACEHOLDER, MISSING) if options.allow_unset else resolved)
+    final = _swap_unset(resolved, _UNSET_PLACEHOLDER, MISSING) if options.allow_unset else resolved
     instances, _ = find_server_instances(resolved)  # again: now with their addresses and agent settings
-    return ComposedConfig(config, instances, env_yaml_path, unset)
+    secrets = env_yaml_secrets(env_yaml, final)
+    return ComposedConfig(OmegaConf.create(final), instances, env_yaml_path, unset, secrets)
 
 
 def find_env_yaml() -> Path | None:
@@ -232,6 +236,7 @@ def _resolve_interpolations(config: dict[str, Any], unset: list[str] | None = No
             OmegaConf.select(dict_config, path, throw_on_resolution_failure=True)
         except OmegaConfBaseException as e:
             match = _MISSING_KEY.search(str(e))
+            value = mask_value(path.rsplit(".", 1)[-1], value)  # echoed below: never a secret's literal part
             if unset is not None:
                 needed = match.group(1) if match else path
                 unset.append(_set_hint(needed, f"{needed!r} is not set (needed by {path} = {value})"))

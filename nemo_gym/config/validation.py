@@ -23,6 +23,7 @@ from pydantic_core import ErrorDetails
 from nemo_gym.config.datasets import Domain
 from nemo_gym.config.overrides import Override
 from nemo_gym.config.schemas import ServerSchema, find_server_schema, implementation_dir
+from nemo_gym.config.secrets import mask_value
 from nemo_gym.config.server_models import SERVER_TYPES
 from nemo_gym.config.servers import RESERVED_TOP_LEVEL_KEYS
 from nemo_gym.errors import ConfigError
@@ -302,7 +303,10 @@ def _describe_errors(
             location = location[:1]
         by_key.setdefault(location, []).append(item)
     return [
-        locator.describe([*prefix, *location], _clause(items, fields.get(location[0]) if location else None))
+        locator.describe(
+            [*prefix, *location],
+            _clause(items, fields.get(location[0]) if location else None, location[-1] if location else ""),
+        )
         for location, items in by_key.items()
     ]
 
@@ -315,10 +319,10 @@ def _names_a_type(part: str) -> bool:
 _TYPE_NAMES = {"str", "int", "float", "bool", "none", "dict", "list", "literal"}
 
 
-def _clause(items: list[ErrorDetails], spec: Any) -> str:
+def _clause(items: list[ErrorDetails], spec: Any, key: str) -> str:
     first = items[0]
     kind = first["type"]
-    given = first.get("input")
+    given = mask_value(key, first.get("input"))
     if kind == "missing":
         return "is required but not set"
     if len(items) > 1 and spec is not None:

@@ -1,8 +1,11 @@
 """The head server: service discovery for a running set of servers, served from a thread of the launcher.
 
 Clients only need its address (``head_server.host:port``, default ``127.0.0.1:11000``) to learn the whole topology.
-Unlike the reference design it never serves secrets: ``/global_config_dict_yaml`` is masked. Servers started by the
-launcher do not need it for secrets, they read the unmasked config from the file the launcher hands them.
+Unlike the reference design it never serves secrets: anyone who can reach the port may ask, with no authentication,
+so ``/global_config_dict_yaml`` is masked (the rule: :mod:`nemo_gym.config.secrets`). That is all its clients need:
+``gym eval run --no-serve``, ``gym env status`` and ``ServerClient.load_from_global_config`` in a trainer read
+instance names, hosts and ports, which are never masked. Servers started by the launcher never ask it for their
+config: they read the real one, secrets included, from the file the launcher hands them (``NEMO_GYM_CONFIG_FILE``).
 """
 
 from __future__ import annotations

@@ -167,14 +167,18 @@ def exit_code(popen: subprocess.Popen) -> int | None:
 
 
 class LogSink:
-    """One server's log: raw lines go to its log file, and (optionally) to the launcher's stdout prefixed by name."""
+    """One server's log: its lines go to its log file, and (optionally) to the launcher's stdout prefixed by name.
+
+    ``mask`` rewrites each line first (the launcher masks secrets with it); without one, lines are written raw.
+    """
 
     _echo_lock = threading.Lock()
 
-    def __init__(self, name: str, path: Path, echo: bool) -> None:
+    def __init__(self, name: str, path: Path, echo: bool, mask: Callable[[str], str] | None = None) -> None:
         self.name = name
         self.path = path
         self.echo = echo
+        self.mask = mask
         path.parent.mkdir(parents=True, exist_ok=True)
         self._file: IO[bytes] | None = open(path, "wb")
         self._lock = threading.Lock()
@@ -183,6 +187,8 @@ class LogSink:
     def write(self, line: bytes, echo: bool = True) -> None:
         if not line.endswith(b"\n"):
             line += b"\n"
+        if self.mask is not None:
+            line = self.mask(line.decode("utf-8", errors="replace")).encode()
         with self._lock:
             if self._file is not None:
                 self._file.write(line)

@@ -5,6 +5,10 @@ slow), bind the head server's port, write the resolved config file (mode 0600, s
 start the head server, build or reuse the venvs, start the children on the sockets reserved for them at compose
 time, close the launcher's copies of those sockets, then wait until every server answers ``GET /`` with 200.
 
+Secrets (:mod:`nemo_gym.config.secrets`) stay in two places only: the children's config file, which :meth:`Launcher.stop`
+deletes (normal exit, Ctrl-C, SIGTERM, a failed start: every path ends there), and the children's memory. The head
+server serves the masked config, and every line written to a server's log (or echoed) is masked too.
+
 A child is started as ``<venv python> <entrypoint>`` in its implementation directory with ``NEMO_GYM_CONFIG_FILE``
 (path of the config file), ``NEMO_GYM_CONFIG_PATH`` (its instance name), ``NEMO_GYM_LISTEN_FD`` (the inherited
 listening socket), ``PYTHONPATH=<impl dir>:<its root>:...`` and ``PYTHONUNBUFFERED=1``.
@@ -15,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import os
 import platform
 import signal
@@ -33,6 +38,7 @@ from omegaconf import DictConfig, OmegaConf
 from nemo_gym.config import ports
 from nemo_gym.config.compose import ComposedConfig, ComposeOptions, compose
 from nemo_gym.config.roots import candidate_paths, child_env, search_roots
+from nemo_gym.config.secrets import mask_text, secret_values
 from nemo_gym.config.server_models import ServerInstanceConfig, maybe_get_server_instance_config
 from nemo_gym.config.tree import plain_dict
 from nemo_gym.errors import ConfigError, LaunchError
@@ -56,7 +62,7 @@ LOG_TAIL_LINES = 20
 _PROBE_CONFIG = TransportConfig(connect_timeout_s=2.0, total_timeout_s=3.0, max_attempts=1)
 _PROGRESS_EVERY_S = 30.0
 
-__all__ = ["Launcher", "ServerLaunchError", "ServerProcess", "running_servers"]
+__all__ = ["Launcher", "ServerLaunchError", "ServerProcess", "running_servers", "sigterm_as_interrupt"]
 
 T = TypeVar("T")
 
@@ -130,6 +136,8 @@ class Launcher:
         composed = ComposedConfig.of(config)
         self._data = plain_dict(composed.config)
         self._instances = list(composed.instances)
+        self._secrets = composed.secrets
+        self._mask_log_line = functools.partial(mask_text, secrets=secret_values(self._data, composed.secrets))
         self.echo = echo
         timeout = startup_timeout_s
         if timeout is None:
@@ -162,7 +170,7 @@ class Launcher:
     @property
     def composed(self) -> ComposedConfig:
         """:attr:`config` with its server instances, as the collector and reverify take it."""
-        return ComposedConfig(self.config, list(self._instances))
+        return ComposedConfig(self.config, list(self._instances), secrets=self._secrets)
 
     @property
     def urls(self) -> dict[str, str]:
@@ -263,6 +271,7 @@ class Launcher:
             server.sink.close()
         if self.head is not None:
             self.head.stop()
+        self._remove_config()
         if not self._released_ports:  # failed before the children took the sockets over
             ports.release_all()
             self._released_ports = True
@@ -289,7 +298,7 @@ class Launcher:
             if (inner.get("host"), inner.get("port")) != (host, reservation.port):
                 inner["host"], inner["port"] = host, reservation.port
                 self._instances[index] = _readdressed(instance.name, self._data[instance.name])
-            sink = LogSink(instance.name, self.log_dir / f"{instance.name}.log", self.echo)
+            sink = LogSink(instance.name, self.log_dir / f"{instance.name}.log", self.echo, self._mask_log_line)
             self.servers.append(
                 ServerProcess(
                     instance.name, instance.SERVER_TYPE, instance.implementation, host, reservation.port,
@@ -303,7 +312,7 @@ class Launcher:
         sock = bind_head_socket(host, int(head.get("port", 11000)))
         head["host"], head["port"] = host, sock.getsockname()[1]  # port 0 = any free port (tests)
         self.config_path = self._write_config()
-        app = build_head_app(masked_config_yaml(self.config), self.server_instances)
+        app = build_head_app(masked_config_yaml(self.config, self._secrets), self.server_instances)
         self.head = HeadServer(app, sock)
         self.head.start()
 
@@ -325,6 +334,15 @@ class Launcher:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(OmegaConf.to_yaml(self.config))
         return path
+
+    def _remove_config(self) -> None:
+        """The config file holds secrets and only the children read it: it goes when they do, with its directory."""
+        if self.config_path is None:
+            return
+        with contextlib.suppress(FileNotFoundError):
+            self.config_path.unlink()
+        with contextlib.suppress(OSError):  # not empty: someone put something else there; leave it
+            self.config_path.parent.rmdir()
 
     def _prepare_interpreters(self, deadline: float) -> None:
         """Shared mode: this interpreter for all. Otherwise one venv per implementation, built in parallel."""
@@ -483,11 +501,27 @@ def running_servers(
             ComposeOptions(overrides=list(overrides or []), reserve_ports=True, require_server_instances=True)
         )
     launcher = Launcher(config, echo=echo, startup_timeout_s=startup_timeout_s, shutdown_grace_s=shutdown_grace_s)
-    launcher.start()
+    with sigterm_as_interrupt():
+        launcher.start()
+        try:
+            yield launcher
+        finally:
+            launcher.stop()
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM takes the same orderly-shutdown path as Ctrl-C (a KeyboardInterrupt), instead of killing this process
+    before it stops the servers and deletes their config file. Only where SIGTERM has its default action: a handler
+    someone else installed is kept."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
-        yield launcher
+        yield
     finally:
-        launcher.stop()
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _readdressed(name: str, block: dict[str, Any]) -> ServerInstanceConfig:

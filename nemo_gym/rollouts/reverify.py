@@ -205,7 +205,8 @@ def config_for_reverify(config: ComposedConfig | DictConfig, resources_servers: 
         keep.add(name)
         pending.extend(_refs_in(data[name]))
     kept = OmegaConf.create({key: value for key, value in data.items() if key not in names or key in keep})
-    return ComposedConfig(kept, [i for i in composed.instances if i.name in keep], composed.env_yaml_path)
+    kept_instances = [i for i in composed.instances if i.name in keep]
+    return ComposedConfig(kept, kept_instances, composed.env_yaml_path, secrets=composed.secrets)
 
 
 def server_urls(config: ComposedConfig | DictConfig) -> dict[str, str]:

@@ -58,6 +58,7 @@ __all__ = [
     "response_json",
     "set_default_config",
     "status_error",
+    "without_credentials",
 ]
 
 logger = logging.getLogger(__name__)
@@ -277,11 +278,22 @@ def _describe_target(url: str | URL, server_name: str | None) -> str:
 
 def _path_of(url: str | URL, url_path: str | None) -> str:
     if url_path:
-        return url_path
+        return without_credentials(url_path)
     try:
         return (url if isinstance(url, URL) else URL(url)).path or "/"
     except (TypeError, ValueError):
         return str(url)
+
+
+def without_credentials(url: str | URL) -> str:
+    """``url`` as an error message or a log line may show it: without ``user:password@``."""
+    text = str(url)
+    if "@" not in text or "://" not in text:
+        return text
+    try:
+        return str(URL(text).with_user(None))
+    except (TypeError, ValueError):
+        return text.split("://", 1)[0] + "://<unparseable URL>"
 
 
 def _snippet(body: bytes | None) -> str:

@@ -55,7 +55,7 @@ class NeMoGymAsyncOpenAI(BaseModel):
 
     async def _call(self, method: str, url: str, body: dict[str, Any] | None) -> Any:
         from nemo_gym.transport import passthrough
-        from nemo_gym.transport.http_client import _backoff_s, response_json
+        from nemo_gym.transport.http_client import _backoff_s, response_json, without_credentials
         from nemo_gym.transport.types import get_default_config
 
         cfg = get_default_config()
@@ -73,7 +73,9 @@ class NeMoGymAsyncOpenAI(BaseModel):
             delay = _backoff_s(cfg, attempt, response)
             if server_errors >= MAX_SERVER_ERROR_TRIES or time.monotonic() + delay >= deadline:
                 break
-            logger.info("retrying %s %s after HTTP %d (attempt %d)", method, url, response.status, attempt)
+            logger.info(
+                "retrying %s %s after HTTP %d (attempt %d)", method, without_credentials(url), response.status, attempt
+            )
             await asyncio.sleep(delay)
         await passthrough.check_status(response)
         return await response_json(response)

@@ -17,7 +17,7 @@ def resolve(invocation: Invocation) -> int:
     from nemo_gym.config.compose import ComposeOptions, compose
 
     composed = compose(ComposeOptions(overrides=list(invocation.overrides), allow_unset=True))
-    print(masked_config_yaml(composed.config), end="")
+    print(masked_config_yaml(composed.config, composed.secrets), end="")
     for line in composed.unset:
         print_warning(line)
     return 0

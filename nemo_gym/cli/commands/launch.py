@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import json
-import signal
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from rich.markup import escape
@@ -20,13 +16,14 @@ from nemo_gym.config.compose import ComposeOptions, compose
 
 def start(invocation: Invocation) -> int:
     """Start every server of the config, print where they listen, and run until Ctrl-C / SIGTERM."""
-    from nemo_gym.launcher.runner import Launcher  # imported here: fastapi/uvicorn would slow every `gym` call
+    # imported here: fastapi/uvicorn would slow every `gym` call
+    from nemo_gym.launcher.runner import Launcher, sigterm_as_interrupt
 
     composed = compose(
         ComposeOptions(overrides=invocation.overrides, reserve_ports=True, require_server_instances=True)
     )
     launcher = Launcher(composed, echo=True)
-    with _sigterm_as_interrupt():
+    with sigterm_as_interrupt():
         try:
             if composed.config.get("dry_run"):
                 launcher.prepare_only()
@@ -82,19 +79,6 @@ def _table(instances: list[dict[str, Any]]) -> Table:
             health,
         )
     return table
-
-
-@contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM takes the same orderly-shutdown path as Ctrl-C."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 COMMANDS = (
