@@ -31,8 +31,9 @@ class PromptConfig(BaseModel):
 def load_prompt_config(path: str) -> PromptConfig:
     """Read and check a prompt YAML, once per path (the result is cached: do not mutate it).
 
-    A relative path is looked up in the working directory, then in the search roots (``--search-dir``, the install
-    root), like ``config_paths``. A missing file, bad YAML, a missing ``user``, an unknown key or a lone brace is a
+    A relative path is looked up in the search roots, like ``config_paths`` (``nemo_gym/config/roots.py``): from
+    inside a server folder of a NeMo Gym checkout, ``resources_servers/x/prompts/judge.yaml`` names that checkout's
+    file. A missing file, bad YAML, a missing ``user``, an unknown key or a lone brace is a
     :class:`~nemo_gym.errors.ConfigError` naming the file.
     """
     template = _PromptTemplate.load(path)

@@ -5,6 +5,12 @@
 through the head server (or the config this process already has). Each rollout goes through the collector's
 :func:`~nemo_gym.rollouts.collector.run_rollout`, so a failure gets the same class here as in ``gym eval run``.
 
+:meth:`RolloutCollectionHelper.run_from_config` is ``gym eval run``'s collection (materialized inputs, rollouts,
+failures sidecar, aggregate metrics, resume) run in this process against servers that are already up. As in NeMo Gym,
+its seams are methods a subclass overrides: ``setup_server_client`` (every ``/run`` goes through its ``post``) and
+``_call_aggregate_metrics``; and it reads the config through this module's ``get_global_config_dict`` at call time, so
+patching that name here changes what it reads.
+
 The ``NG_*_KEY`` names are the result fields an agent sets to route a failure (``row_fields.py``):
 ``NG_FAILURE_CLASS_KEY`` makes it a failure, ``NG_TERMINAL_KEY`` stops resume from retrying it, ``NG_NO_PERSIST_KEY``
 keeps it out of every file so resume runs it again.
@@ -14,23 +20,36 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterable
+from pathlib import Path
 from typing import Any
 
 from nemo_gym.config.datasets import AGENT_REF_KEY
+from nemo_gym.config.roots import find_path as _find_path
 from nemo_gym.config.server_models import BaseServerConfig
 from nemo_gym.errors import ConfigError
+from nemo_gym.global_config import get_global_config_dict
+from nemo_gym.jsonl import iter_jsonl as _iter_jsonl
+from nemo_gym.observability.capture import capture_dirs_from_config as _capture_dirs_from_config
 from nemo_gym.observability.trajectory import TRAJECTORY_KEY as NG_TRAJECTORY_KEY
 from nemo_gym.observability.trajectory import attach_trajectory_record as _attach_trajectory_record
+from nemo_gym.rollouts import aggregate as _aggregate
+from nemo_gym.rollouts.collector import CollectionOptions as _CollectionOptions
+from nemo_gym.rollouts.collector import RolloutCollector as _RolloutCollector
 from nemo_gym.rollouts.collector import RolloutFailure as _RolloutFailure
+from nemo_gym.rollouts.collector import RunSender as _RunSender
 from nemo_gym.rollouts.collector import default_max_attempts as _get_max_rollout_attempts
-from nemo_gym.rollouts.collector import run_rollout as _run_rollout
+from nemo_gym.rollouts.collector import judge_rollout as _judge_rollout
+from nemo_gym.rollouts.collector import recorded_fingerprint as _recorded_fingerprint
 from nemo_gym.rollouts.config import DEFAULT_CONCURRENCY as _DEFAULT_CONCURRENCY
 from nemo_gym.rollouts.config import RolloutCollectionConfig
+from nemo_gym.rollouts.materialize import MaterializeOptions as _MaterializeOptions
+from nemo_gym.rollouts.materialize import materialize as _materialize
+from nemo_gym.rollouts.materialize import rollout_key as _rollout_key
 from nemo_gym.row_fields import FAILURE_CLASS_KEY as NG_FAILURE_CLASS_KEY
 from nemo_gym.row_fields import FAILURE_TERMINAL_KEY as NG_TERMINAL_KEY
 from nemo_gym.row_fields import NO_PERSIST_KEY as NG_NO_PERSIST_KEY
 from nemo_gym.server_utils import ServerClient
-from nemo_gym.transport.admission import in_admitted_request as _in_admitted_request
+from nemo_gym.transport.http_client import TransportConfig as _TransportConfig
 
 __all__ = [
     "AGENT_REF_KEY",
@@ -45,6 +64,7 @@ __all__ = [
     "ServerClient",
     "_attach_trajectory_record",
     "_get_max_rollout_attempts",
+    "get_global_config_dict",
 ]
 
 
@@ -54,10 +74,68 @@ class RolloutCollectionHelper:
     def __init__(self, server_client: ServerClient | None = None) -> None:
         self._client = server_client
 
-    def _server_client(self, head_server_config: BaseServerConfig | None) -> ServerClient:
+    def setup_server_client(self, head_server_config: BaseServerConfig | None = None) -> ServerClient:
+        """The client this helper's calls go through: the one it was given, else one for this process's servers.
+
+        NeMo Gym's seam: a subclass returns its own client (an in-process app, a fake) to route every call there."""
         if self._client is None:
             self._client = ServerClient.load_from_global_config(head_server_config)
         return self._client
+
+    async def run_from_config(self, config: RolloutCollectionConfig) -> list[dict[str, Any]]:
+        """Collect ``config.input_jsonl_fpath`` as ``gym eval run`` does, against servers already running.
+
+        Writes the same files (``<stem>_materialized_inputs.jsonl``, the rollouts, ``<stem>_failures.jsonl``, then
+        ``<stem>_aggregate_metrics.json`` unless ``disable_aggregation``) and judges each rollout by the same rules;
+        each ``/run`` goes through ``setup_server_client().post``. Returns the scored rollouts, by task and rollout
+        index."""
+        global_config = get_global_config_dict()
+        output = Path(config.output_jsonl_fpath).expanduser().resolve()
+        output.parent.mkdir(parents=True, exist_ok=True)
+        if not config.input_jsonl_fpath:
+            raise ConfigError("run_from_config needs input_jsonl_fpath, the rows to collect")
+        input_path = _find_path(config.input_jsonl_fpath) or Path(config.input_jsonl_fpath)
+        materialized = _materialize(
+            _MaterializeOptions(
+                input_path=input_path, output_path=output, agent_name=config.agent_name, limit=config.limit,
+                num_repeats=config.num_repeats, responses_create_params=config.responses_create_params,
+                num_repeats_add_seed=config.num_repeats_add_seed,
+                resume_fingerprint=_recorded_fingerprint(output) if config.resume_from_cache else None,
+            )
+        )  # fmt: skip
+        deadline = _TransportConfig(total_timeout_s=config.rollout_timeout_seconds, max_attempts=1)
+        send = _run_sender(self.setup_server_client(), deadline)
+        options = _CollectionOptions(
+            output_path=output, concurrency=config.num_samples_in_parallel, resume=config.resume_from_cache,
+            rollout_timeout_s=config.rollout_timeout_seconds, capture_dirs=_capture_dirs_from_config(global_config),
+        )  # fmt: skip
+        await _RolloutCollector(materialized, {}, options, send=send).run()
+        results = sorted((row for _, row in _iter_jsonl(output)), key=_rollout_key) if output.exists() else []
+        if results and not config.disable_aggregation:
+            inputs = {_rollout_key(row): row for _, row in _iter_jsonl(materialized.path)}
+            await self._call_aggregate_metrics(results, [inputs[_rollout_key(r)] for r in results], output)
+        return results
+
+    async def _call_aggregate_metrics(
+        self, results: list[dict[str, Any]], rows: list[dict[str, Any]], output_fpath: Path
+    ) -> Path | None:
+        """Each agent's ``/aggregate_metrics`` over its scored rollouts (``rows`` are their inputs), written to
+        ``<stem>_aggregate_metrics.json``; an agent whose server cannot answer gets the default metrics."""
+        if not results:
+            return None
+        grouped: dict[str, list[dict[str, Any]]] = {}
+        for row, result in zip(rows, results, strict=True):
+            grouped.setdefault(_aggregate.agent_name_of(row), []).append(_aggregate.strip_row(result))
+        client = self.setup_server_client()
+        urls = {}
+        for agent in grouped:
+            try:
+                urls[agent] = client.server_base_url(agent)
+            except ConfigError:
+                continue  # not in the config: its metrics are computed here
+        path = _aggregate.aggregate_metrics_path(output_fpath)
+        _aggregate.write_metrics(path, await _aggregate.compute_metrics(grouped, urls))
+        return path
 
     async def run_examples(
         self,
@@ -72,7 +150,7 @@ class RolloutCollectionHelper:
         one bad row never stops a batch; the classes and rules are the collector's (``timeout``, ``verify_failed``,
         ``invalid_response``, ...). A row without ``agent_ref``, or naming no server of the config, is a
         ``ConfigError``."""
-        client = self._server_client(head_server_config)
+        send = _run_sender(self.setup_server_client(head_server_config))
         limit = semaphore or asyncio.Semaphore(_DEFAULT_CONCURRENCY)
 
         async def run_one(row: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -81,8 +159,7 @@ class RolloutCollectionHelper:
             if not name:
                 raise ConfigError("every row needs agent_ref: {name: <agent instance>}")
             async with limit:
-                url = client.server_base_url(name)
-                result = await _run_rollout(url, name, row, nested=_in_admitted_request())
+                result = await _judge_rollout(send(name, row))
             return row, result.as_result() if isinstance(result, _RolloutFailure) else result
 
         pending = {asyncio.ensure_future(run_one(row)) for row in rows}
@@ -94,3 +171,17 @@ class RolloutCollectionHelper:
         finally:
             for task in pending:
                 task.cancel()
+
+
+def _run_sender(client: ServerClient, transport: _TransportConfig | None = None) -> _RunSender:
+    """How a ``/run`` reaches its agent through ``client``. Our own ``ServerClient`` sends it as ``gym eval run`` does
+    (one attempt, ``transport``'s deadline); a client a subclass put in its place is called as NeMo Gym calls it,
+    ``post(server_name=, url_path=, json=)``, and its answer read with ``read()``."""
+    own_client = getattr(type(client), "post", None) is ServerClient.post
+    options: dict[str, Any] = {"retry": False, "config": transport} if own_client else {}
+
+    async def send(agent: str, row: dict[str, Any]) -> tuple[int, bytes]:
+        response = await client.post(server_name=agent, url_path="/run", json=row, **options)
+        return response.status, await response.read()
+
+    return send

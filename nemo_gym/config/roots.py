@@ -1,8 +1,13 @@
 """Where config files and server directories are looked up.
 
 Relative paths resolve against an ordered list of roots: the command's ``--search-dir`` roots first, then
-``NEMO_GYM_EXTRA_ROOTS`` from the user's environment, then the working directory, then the install root. The first
-match wins.
+``NEMO_GYM_EXTRA_ROOTS`` from the user's environment, then the working directory, then the checkout that holds the
+working directory, then the install root. The first match wins.
+
+"The checkout that holds the working directory" is the parent of the nearest enclosing ``resources_servers``,
+``responses_api_agents`` or ``responses_api_models`` folder. A server process runs in its own folder, and so do its
+tests, so a path written relative to a NeMo Gym checkout (``resources_servers/x/prompts/judge.yaml``) is found from
+inside any of that checkout's server folders, as NeMo Gym finds it relative to its own checkout root.
 
 ``--search-dir`` never touches ``os.environ``: the CLI hands its roots to :func:`searching`, which holds them for the
 command in a context variable (so they end with it, and other threads and tests see none of them). A child process
@@ -18,6 +23,7 @@ from contextvars import ContextVar
 from pathlib import Path
 
 from nemo_gym import PARENT_DIR
+from nemo_gym.config.server_models import SERVER_TYPES
 
 EXTRA_ROOTS_ENV_VAR = "NEMO_GYM_EXTRA_ROOTS"
 
@@ -48,10 +54,20 @@ def child_env(env: dict[str, str]) -> dict[str, str]:
     return {**env, EXTRA_ROOTS_ENV_VAR: os.pathsep.join(str(p) for p in extra)}
 
 
+def enclosing_checkout(directory: Path) -> Path | None:
+    """The parent of the nearest folder named after a server type that holds ``directory`` (or is it), or None."""
+    for folder in [directory, *directory.parents]:
+        if folder.name in SERVER_TYPES:
+            return folder.parent
+    return None
+
+
 def search_roots() -> list[Path]:
-    """Extra roots, then cwd, then the install root; duplicates dropped, order kept."""
+    """Extra roots, then cwd and the checkout holding it, then the install root; duplicates dropped, order kept."""
+    cwd = Path.cwd().resolve()
+    checkout = enclosing_checkout(cwd)
     roots: list[Path] = []
-    for root in [*extra_roots(), Path.cwd(), PARENT_DIR]:
+    for root in [*extra_roots(), cwd, *([checkout] if checkout else []), PARENT_DIR]:
         resolved = root.resolve()
         if resolved not in roots:
             roots.append(resolved)

@@ -6,7 +6,8 @@ Guarantees:
   the input;
 * every finished rollout is written (and flushed) as soon as it finishes: ``<stem>.jsonl`` for scored rollouts,
   ``<stem>_failures.jsonl`` for failures (HTTP errors, timeouts, unreachable servers, verifier/judge failures), each
-  with ``_ng_failure_class`` and ``_ng_failure_message``. A failure never aborts the run and never counts as a reward;
+  with ``_ng_failure_class`` and ``_ng_failure_message`` (and the agent's own answer when the agent reported the
+  failure). A failure never aborts the run and never counts as a reward;
 * ``resume`` skips rollouts already in the output, retries failed ones until ``max_attempts`` is reached (never one
   whose failure the agent marked ``_ng_failure_terminal``), and refuses to continue when the materialized inputs
   differ from the run it continues;
@@ -20,7 +21,7 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,10 @@ from nemo_gym.transport.http_client import ServerTimeoutError, TransportConfig, 
 
 MAX_ATTEMPTS_ENV_VAR = "NEMO_GYM_MAX_ROLLOUT_ATTEMPTS"
 DEFAULT_MAX_ATTEMPTS = 3
+
+RunSender = Callable[[str, dict[str, Any]], Awaitable[tuple[int, bytes]]]
+"""Posts a row to the ``/run`` of the agent it names: ``(agent, row) -> (status, body)``. Transport failures raise
+:class:`~nemo_gym.transport.http_client.TransportError` (``ServerTimeoutError`` for a deadline)."""
 
 
 def failures_path(output_path: Path) -> Path:
@@ -118,12 +123,22 @@ class _ResumeState:
 
 
 class RolloutCollector:
-    """Runs the rows of a materialized inputs file against agents' ``/run`` (``agent_urls``: name -> base URL)."""
+    """Runs the rows of a materialized inputs file against agents' ``/run`` (``agent_urls``: name -> base URL).
 
-    def __init__(self, materialized: Materialized, agent_urls: dict[str, str], options: CollectionOptions) -> None:
+    ``send`` replaces the direct POST to ``agent_urls`` (the trainers' face passes its ``ServerClient``'s).
+    """
+
+    def __init__(
+        self,
+        materialized: Materialized,
+        agent_urls: dict[str, str],
+        options: CollectionOptions,
+        send: RunSender | None = None,
+    ) -> None:
         self.materialized = materialized
         self.agent_urls = agent_urls
         self.options = options
+        self._send = send
         self.summary = CollectionSummary(options.output_path, failures_path(options.output_path))
         self._reward_sums: dict[str, list[float]] = {}
         self._transport = TransportConfig(total_timeout_s=options.rollout_timeout_s, max_attempts=1)
@@ -197,12 +212,16 @@ class RolloutCollector:
     async def _run_one(self, row: dict[str, Any]) -> None:
         agent = row[AGENT_REF_KEY]["name"]
         url = self.agent_urls.get(agent)
-        if url is None:
+        if url is None and self._send is None:
             self._fail(row, RolloutFailure("unknown_agent", f"agent {agent!r} is not running"))
             return
         if self.options.capture_dirs:
             clear_model_call_captures([row], self.options.capture_dirs)
-        result = await run_rollout(url, agent, row, self._transport)
+        if self._send is not None:
+            result = await judge_rollout(self._send(agent, row))
+        else:
+            assert url is not None
+            result = await run_rollout(url, agent, row, self._transport)
         if isinstance(result, RolloutFailure):
             self._fail(row, result)
             return
@@ -221,7 +240,7 @@ class RolloutCollector:
 
     def _fail(self, row: dict[str, Any], failure: RolloutFailure) -> None:
         if failure.persist:
-            record = {
+            record = failure.answer_fields() | {
                 TASK_INDEX_KEY: row[TASK_INDEX_KEY],
                 ROLLOUT_INDEX_KEY: row[ROLLOUT_INDEX_KEY],
                 ATTEMPT_INDEX_KEY: row.get(ATTEMPT_INDEX_KEY, 0),
@@ -256,9 +275,17 @@ class RolloutFailure:
     """The agent said retrying cannot help (``_ng_failure_terminal``): resume does not run it again."""
     persist: bool = True
     """False when the agent said ``_ng_no_persist``: the failure is written nowhere and resume runs it again."""
+    answer: dict[str, Any] | None = None
+    """The agent's own answer when it reported the failure itself (its ``error``, ``response``, ...), kept in the
+    failure record as NeMo Gym keeps it."""
+
+    def answer_fields(self) -> dict[str, Any]:
+        """The agent's answer without its routing flags (this failure's own ``terminal`` / ``persist`` say them)."""
+        routing = (FAILURE_TERMINAL_KEY, NO_PERSIST_KEY)
+        return {k: v for k, v in (self.answer or {}).items() if k not in routing}
 
     def as_result(self) -> dict[str, Any]:
-        result: dict[str, Any] = {FAILURE_CLASS_KEY: self.failure_class, FAILURE_MESSAGE_KEY: self.message}
+        result = self.answer_fields() | {FAILURE_CLASS_KEY: self.failure_class, FAILURE_MESSAGE_KEY: self.message}
         if self.terminal:
             result[FAILURE_TERMINAL_KEY] = True
         if not self.persist:
@@ -293,30 +320,40 @@ async def run_rollout(
     ``_ng_failure_terminal``. An answer with ``_ng_no_persist`` is a failure that is not to be written, whatever
     else it holds (class ``no_persist`` unless it names one).
     """
-    try:
+
+    async def send() -> tuple[int, bytes]:
         response = await http_client.request(
             "POST", f"{url}/run", json=row, server_name=agent, url_path="/run", config=transport, retry=False,
             nested=nested,
         )  # fmt: skip
-        body = await response.read()
+        return response.status, await response.read()
+
+    return await judge_rollout(send())
+
+
+async def judge_rollout(answer: Awaitable[tuple[int, bytes]]) -> dict[str, Any] | RolloutFailure:
+    """Await one ``/run`` answer (``(status, body)``) and judge it by :func:`run_rollout`'s rules."""
+    try:
+        status, body = await answer
     except ServerTimeoutError as e:
         return RolloutFailure("timeout", str(e))
     except TransportError as e:
         return RolloutFailure("connection_error", str(e))
-    if response.status != 200:
-        return RolloutFailure(classify_http_failure(response.status, body), body[:2000].decode("utf-8", "replace"))
+    if status != 200:
+        return RolloutFailure(classify_http_failure(status, body), body[:2000].decode("utf-8", "replace"))
     try:
         result = orjson.loads(body)
     except orjson.JSONDecodeError:
         return RolloutFailure("invalid_response", "the agent's /run answer is not JSON")
     if isinstance(result, dict) and result.get(NO_PERSIST_KEY):
         failure_class = str(result.get(FAILURE_CLASS_KEY) or "no_persist")
-        return RolloutFailure(failure_class, str(result.get(FAILURE_MESSAGE_KEY, "")), persist=False)
+        return RolloutFailure(failure_class, str(result.get(FAILURE_MESSAGE_KEY, "")), persist=False, answer=result)
     if not isinstance(result, dict) or not isinstance(result.get("reward"), (int, float)):
         return RolloutFailure("invalid_response", "the agent's /run answer has no numeric reward")
     if result.get(FAILURE_CLASS_KEY):
         terminal = bool(result.get(FAILURE_TERMINAL_KEY))
-        return RolloutFailure(str(result[FAILURE_CLASS_KEY]), str(result.get(FAILURE_MESSAGE_KEY, "")), terminal)
+        message = str(result.get(FAILURE_MESSAGE_KEY, ""))
+        return RolloutFailure(str(result[FAILURE_CLASS_KEY]), message, terminal, answer=result)
     return result
 
 

@@ -1,0 +1,64 @@
+"""Paths written relative to a NeMo Gym checkout (``resources_servers/x/prompts/judge.yaml``) are found from inside
+that checkout's server folders, where a server process and its tests run, as NeMo Gym finds them relative to its
+own checkout root."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from nemo_gym import PARENT_DIR
+from nemo_gym.config.roots import enclosing_checkout, search_roots, searching
+from nemo_gym.errors import ConfigPathNotFoundError
+from nemo_gym.prompt import load_prompt_config
+
+PROMPT = "resources_servers/judge_env/prompts/judge.yaml"
+
+
+@pytest.fixture(autouse=True)
+def fresh_cache() -> Iterator[None]:
+    load_prompt_config.cache_clear()
+    yield
+    load_prompt_config.cache_clear()
+
+
+@pytest.fixture
+def checkout(tmp_path: Path) -> Path:
+    root = tmp_path / "Gym"
+    (root / "resources_servers" / "judge_env" / "tests").mkdir(parents=True)
+    (root / "resources_servers" / "judge_env" / "prompts").mkdir()
+    (root / PROMPT).write_text("user: 'Grade {answer}'\n")
+    return root
+
+
+@pytest.mark.parametrize("inside", ["resources_servers/judge_env", "resources_servers/judge_env/tests"])
+def test_a_checkout_relative_prompt_is_found_from_inside_a_server_folder(
+    checkout: Path, monkeypatch: pytest.MonkeyPatch, inside: str
+) -> None:
+    monkeypatch.chdir(checkout / inside)
+    assert load_prompt_config(PROMPT).user == "Grade {answer}"
+
+
+def test_the_checkout_comes_after_cwd_and_before_the_install_root(checkout: Path, monkeypatch: pytest.MonkeyPatch):
+    folder = checkout / "resources_servers" / "judge_env"
+    monkeypatch.chdir(folder)
+    roots = search_roots()
+    assert roots[:2] == [folder.resolve(), checkout.resolve()] and roots[-1] == PARENT_DIR
+    assert enclosing_checkout(checkout / "responses_api_agents") == checkout
+    assert enclosing_checkout(checkout) is None
+
+
+def test_outside_a_checkout_the_path_needs_a_search_dir(
+    checkout: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert search_roots() == [elsewhere.resolve(), PARENT_DIR]
+    with pytest.raises(ConfigPathNotFoundError, match="judge.yaml"):
+        load_prompt_config(PROMPT)
+    load_prompt_config.cache_clear()
+    with searching([checkout]):  # gym ... --search-dir ~/Gym
+        assert load_prompt_config(PROMPT).user == "Grade {answer}"
