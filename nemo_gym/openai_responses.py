@@ -392,9 +392,28 @@ class NeMoGymResponseCreateParamsNonStreaming(BaseModel):
 # ----------------------------------------------------------------------------------------------------------------------
 
 
+def _sdk_counts_cache_writes() -> bool:
+    """Whether the installed ``openai`` has ``cache_write_tokens`` in its usage details (2.30 on; 2.7, NeMo Gym's
+    pin, has not)."""
+    try:
+        from openai.types.responses.response_usage import InputTokensDetails
+    except ImportError:
+        return True
+    return "cache_write_tokens" in InputTokensDetails.model_fields
+
+
+_SDK_COUNTS_CACHE_WRITES = _sdk_counts_cache_writes()
+
+
+def _unknown_to_the_sdk(_: object) -> bool:
+    """A usage dump has the keys the installed SDK's own model has: newer SDKs require ``cache_write_tokens``, and an
+    environment written for NeMo Gym on openai 2.7 compares usage dicts that lack it."""
+    return not _SDK_COUNTS_CACHE_WRITES
+
+
 class NeMoGymResponseInputTokensDetails(NeMoGymLenientModel):
     cached_tokens: int = 0
-    cache_write_tokens: int = 0
+    cache_write_tokens: int = Field(default=0, exclude_if=_unknown_to_the_sdk)
 
     @field_validator("cached_tokens", "cache_write_tokens", mode="before")
     @classmethod
