@@ -392,22 +392,22 @@ class NeMoGymResponseCreateParamsNonStreaming(BaseModel):
 # ----------------------------------------------------------------------------------------------------------------------
 
 
-def _sdk_counts_cache_writes() -> bool:
-    """Whether the installed ``openai`` has ``cache_write_tokens`` in its usage details (2.30 on; 2.7, NeMo Gym's
-    pin, has not)."""
-    try:
-        from openai.types.responses.response_usage import InputTokensDetails
-    except ImportError:
-        return True
-    return "cache_write_tokens" in InputTokensDetails.model_fields
-
-
-_SDK_COUNTS_CACHE_WRITES = _sdk_counts_cache_writes()
+_SDK_COUNTS_CACHE_WRITES: bool | None = None
+"""Whether the installed ``openai`` has ``cache_write_tokens`` in its usage details (2.30 on; 2.7, NeMo Gym's pin, has
+not). None until the first usage dump asks: importing this module must not import the SDK."""
 
 
 def _unknown_to_the_sdk(_: object) -> bool:
     """A usage dump has the keys the installed SDK's own model has: newer SDKs require ``cache_write_tokens``, and an
     environment written for NeMo Gym on openai 2.7 compares usage dicts that lack it."""
+    global _SDK_COUNTS_CACHE_WRITES
+    if _SDK_COUNTS_CACHE_WRITES is None:
+        try:
+            from openai.types.responses.response_usage import InputTokensDetails
+
+            _SDK_COUNTS_CACHE_WRITES = "cache_write_tokens" in InputTokensDetails.model_fields
+        except ImportError:
+            _SDK_COUNTS_CACHE_WRITES = True
     return not _SDK_COUNTS_CACHE_WRITES
 
 
