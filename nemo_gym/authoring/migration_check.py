@@ -129,11 +129,13 @@ def _matches(label: str, pattern: str) -> bool:
     return fnmatch.fnmatchcase(label, pattern) or fnmatch.fnmatchcase(label.split("/", 1)[1], pattern)
 
 
-def resolve_interpreter(python: str | None, framework_dir: Path | None) -> Interpreter:
+def resolve_interpreter(python: str | None, framework_dir: Path | None, checkout: Path | None = None) -> Interpreter:
     """The venvs' interpreter, checked against the control framework's ``requires-python`` before anything builds.
 
     An interpreter of the right minor version but an older patch release resolves as if it were the required one
     (``uv pip install --python-version``), and says so; a wrong minor version is one error line naming what is missing.
+    Against our core, the checkout's own ``requires-python`` gets the same patch-level allowance (its folders were
+    written for it, and some repeat it in their own pyproject), but never an error: our core runs on older Pythons.
     """
     if python is None:
         interpreter = Interpreter(platform.python_version(), platform.python_version())
@@ -142,7 +144,14 @@ def resolve_interpreter(python: str | None, framework_dir: Path | None) -> Inter
         if not path:
             raise UserError(f"--python {python}: no such interpreter here (neither uv nor pyenv has one)")
         interpreter = Interpreter(path, _version_of(path))
-    minimum = _required_python(framework_dir) if framework_dir is not None else None
+    if framework_dir is not None:
+        return _meet(interpreter, framework_dir, _required_python(framework_dir), strict=True)
+    if checkout is not None and (checkout / "nemo_gym").is_dir() and (checkout / PYPROJECT_FILE).is_file():
+        return _meet(interpreter, checkout, _required_python(checkout), strict=False)
+    return interpreter
+
+
+def _meet(interpreter: Interpreter, tree: Path, minimum: str | None, strict: bool) -> Interpreter:
     if minimum is None:
         return interpreter
     have = _version_tuple(interpreter.version)
@@ -150,13 +159,15 @@ def resolve_interpreter(python: str | None, framework_dir: Path | None) -> Inter
     if have >= want:
         return interpreter
     if have[:2] == want[:2]:
-        note = f"{framework_dir} asks for Python >={minimum}; using {interpreter.version}, resolved as {minimum}"
+        note = f"{tree} asks for Python >={minimum}; using {interpreter.version}, resolved as {minimum}"
         return Interpreter(interpreter.request, interpreter.version, ("--python-version", minimum), note)
+    if not strict:
+        return interpreter
     wanted = ".".join(str(part) for part in want[:2])
     found = _find_python(wanted)
     hint = f"one is at {found}" if found else "none is installed here, and uv cannot download one without network"
     raise UserError(
-        f"--nemo-gym {framework_dir} needs Python >={minimum}, but the venvs would use Python {interpreter.version}: "
+        f"--nemo-gym {tree} needs Python >={minimum}, but the venvs would use Python {interpreter.version}: "
         f"pass --python with a Python {wanted} interpreter ({hint})"
     )
 

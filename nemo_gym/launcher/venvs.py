@@ -124,6 +124,8 @@ _FRAMEWORK_LINE = re.compile(
     r"^(?:(?:-e|--editable)\s+)?nemo[-_.]?gym(?![\w.-])\s*(?:\[(?P<extras>[^\]]*)\])?(?:\s*@\s*(?P<url>\S+))?", re.I
 )
 COMPAT_EXTRA = "compat"
+NEMO_GYM_OPENAI_PIN = "openai==2.7.2"
+"""NeMo Gym's ``openai<=2.7.2`` as our core's floor leaves it; the ``compat`` extra in pyproject.toml says the same."""
 """Our extra with the third-party libraries NeMo Gym's core brings into every server venv (pyproject.toml)."""
 _PATH_OPTION = re.compile(
     r"^(?P<option>-r|--requirement|-c|--constraint|-e|--editable)(?P<sep>\s+|=)(?P<path>\S+)(?P<rest>.*)$"
@@ -379,6 +381,12 @@ def _build(spec: VenvSpec, ctx: BuildContext) -> None:
                 extras = COMPAT_EXTRA
         framework = framework_requirement(extras, spec.framework_dir)
         install += [*framework.split(" ", 1), "-e", str(spec.impl_dir)]
+        if extras:
+            # Its own dependencies may still name nemo-gym[dev], whose openai floor (our suite's) would clash with
+            # NeMo Gym's pin: the pin wins, as it does in NeMo Gym.
+            pin = spec.path / "nemo_gym_overrides.txt"
+            pin.write_text(NEMO_GYM_OPENAI_PIN + "\n")
+            install += ["--override", str(pin)]
     _run(ctx, install, spec.impl_dir)
 
 

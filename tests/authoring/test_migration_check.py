@@ -168,6 +168,18 @@ def test_a_control_that_needs_another_python_is_one_line_naming_it(tmp_path: Pat
         resolve_interpreter(None, tmp_path)
 
 
+def test_against_our_core_the_checkouts_python_gets_the_patch_allowance_and_never_an_error(tmp_path: Path) -> None:
+    """Folders of a checkout that asks for 3.13.14 may ask for it in their own pyproject too: on a 3.13.0 they must
+    resolve as on the control. A checkout asking for another minor version is no reason to stop: ours runs there."""
+    checkout = make_checkout(tmp_path / "ck")
+    assert resolve_interpreter(None, None, checkout).install_args == ()  # asks for 3.99
+    major, minor, patch = platform.python_version_tuple()
+    newer_patch = f"{major}.{minor}.{int(patch) + 1}"
+    write(checkout / "pyproject.toml", UPSTREAM_PYPROJECT.replace(">=3.99", f">={newer_patch}"))
+    assert resolve_interpreter(None, None, checkout).install_args == ("--python-version", newer_patch)
+    assert resolve_interpreter(None, None, tmp_path).install_args == ()  # not a framework tree: nothing asked
+
+
 def test_checkout_only_flags_need_a_checkout(workdir, capsys) -> None:
     assert main(["env", "test", "--jobs", "2"]) == 1
     assert "--jobs goes with --checkout PATH" in capsys.readouterr().err

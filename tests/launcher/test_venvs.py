@@ -19,6 +19,7 @@ from nemo_gym.errors import ConfigError
 from nemo_gym.launcher import ServerLaunchError, running_servers
 from nemo_gym.launcher.venvs import (
     COMPAT_EXTRA,
+    NEMO_GYM_OPENAI_PIN,
     READY_MARKER,
     BuildCancelled,
     BuildContext,
@@ -102,6 +103,7 @@ def test_the_compat_extra_lists_what_nemo_gym_folders_import_undeclared() -> Non
     extras = tomllib.loads((PARENT_DIR / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     names = {re.split(r"[\[<>=]", requirement)[0].lower() for requirement in extras[COMPAT_EXTRA]}
     assert {"datasets", "ray", "requests", "mlflow"} <= names
+    assert NEMO_GYM_OPENAI_PIN in extras[COMPAT_EXTRA], "a pyproject folder gets the same pin as an override"
 
 
 def test_a_pyproject_folder_sourcing_nemo_gym_from_a_checkout_gets_the_compat_extra(tmp_path: Path) -> None:

@@ -137,7 +137,7 @@ def _test_checkout(invocation: Invocation, cache_dir: Path) -> int:
     markdown_path = (
         check_writable_output(invocation.get("markdown"), "--markdown") if invocation.get("markdown") else None
     )
-    interpreter = resolve_interpreter(options.python, options.framework_dir)
+    interpreter = resolve_interpreter(options.python, options.framework_dir, checkout)
     if interpreter.note:
         print_warning(interpreter.note)
     against = f"the nemo_gym of {options.framework_dir}" if options.framework_dir else "our nemo_gym"
