@@ -90,6 +90,7 @@ def _acquire(path: Path, output: Path) -> int | None:
     The holder removes the file when it is done. A run that opened the file just before that would lock a file no
     one else sees, so after locking, the file must still be the one at ``path``; if not, it tries again.
     """
+    path.parent.mkdir(parents=True, exist_ok=True)
     while True:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
