@@ -27,11 +27,12 @@ $(STAMP): pyproject.toml $(LLAMA_WHEEL)
 	@touch $(STAMP)
 
 # The main job: the weather environment with the embedded SmolLM2 model (no API key, no GPU), five scored rollouts.
+# Each `make demo` replaces the previous one's results (--overwrite; without it a second run would be refused).
 demo: setup
 	$(BIN)/gym eval run --resources-server example_single_tool_call \
 		--input resources_servers/example_single_tool_call/data/example.jsonl \
 		--agent example_single_tool_call_simple_agent \
-		--output results/demo/weather_rollouts.jsonl \
+		--output results/demo/weather_rollouts.jsonl --overwrite \
 		--temperature 0.2 --max-output-tokens 128
 
 # Lint and type check ([tool.mypy] in pyproject.toml says what), the core suite, then every server's own tests in its

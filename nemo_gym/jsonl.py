@@ -2,18 +2,22 @@
 
 Rows are read lazily (constant memory however large the file) and written one line at a time, flushed, so an
 interrupted run leaves every finished row on disk and at most one partial last line, which :func:`repair_tail` drops.
+A row written twice (the same key) is removed by :func:`drop_repeated_rows`, which never rewrites a file in place.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import shutil
+from collections.abc import Callable, Hashable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
 from nemo_gym.errors import ConfigError, ConfigPathNotFoundError
+
+KeyT = TypeVar("KeyT", bound=Hashable)
 
 
 def iter_jsonl(path: Path, limit: int | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -86,6 +90,45 @@ def repair_tail(path: Path) -> bool:
         cut = tail.rfind(b"\n")
         f.truncate(size - chunk + cut + 1 if cut >= 0 else (0 if chunk == size else size))
         return True
+
+
+def drop_repeated_rows(path: Path, key: Callable[[dict[str, Any]], KeyT]) -> tuple[set[KeyT], int]:
+    """The keys of a JSONL file's rows, after removing every row whose key an earlier row already has.
+
+    Returns ``(keys, rows dropped)``. The file is rewritten only when there is something to drop: every other line is
+    copied byte for byte into a temporary file beside it, flushed to disk, which then replaces it, so a crash midway
+    leaves the old file whole. Only the keys and the spans of the repeated lines are held in memory.
+    """
+    keys: set[KeyT] = set()
+    repeated: list[tuple[int, int]] = []
+    for _, offset, length, row in iter_jsonl_spans(path):
+        row_key = key(row)
+        if row_key in keys:
+            repeated.append((offset, length))
+        else:
+            keys.add(row_key)
+    if repeated:
+        temporary = path.with_name(f".{path.name}.tmp")
+        with path.open("rb") as source, temporary.open("wb") as target:
+            position = 0
+            for offset, length in repeated:
+                _copy_bytes(source, target, offset - position)
+                position = source.seek(offset + length)
+            shutil.copyfileobj(source, target)
+            target.flush()
+            os.fsync(target.fileno())
+        shutil.copymode(path, temporary)
+        os.replace(temporary, path)
+    return keys, len(repeated)
+
+
+def _copy_bytes(source: Any, target: Any, count: int) -> None:
+    while count > 0:
+        chunk = source.read(min(count, 1 << 20))
+        if not chunk:
+            return
+        target.write(chunk)
+        count -= len(chunk)
 
 
 def write_json_atomic(path: Path, value: Any) -> None:

@@ -10,7 +10,9 @@ Guarantees:
   failure). A failure never aborts the run and never counts as a reward;
 * ``resume`` skips rollouts already in the output, retries failed ones until ``max_attempts`` is reached (never one
   whose failure the agent marked ``_ng_failure_terminal``), and refuses to continue when the materialized inputs
-  differ from the run it continues;
+  differ from the run it continues; a (task, rollout) found twice in the output is kept once (the file rewritten
+  atomically), so the metrics count it once. A fresh run replaces the output, failures and metrics files: whether
+  it may is decided before, by ``rollouts/claim.py``;
 * an answer marked ``_ng_no_persist`` (an infrastructure failure such as a killed sandbox) is written nowhere, so
   resume runs it again without counting an attempt;
 * with ``capture_dirs`` (model-call capture on), each rollout gets its captured calls and ``ng_trajectory``.
@@ -30,7 +32,7 @@ import orjson
 from tqdm import tqdm
 
 from nemo_gym.config.datasets import AGENT_REF_KEY
-from nemo_gym.jsonl import JsonlWriter, iter_jsonl, repair_tail, write_json_atomic
+from nemo_gym.jsonl import JsonlWriter, drop_repeated_rows, iter_jsonl, repair_tail, write_json_atomic
 from nemo_gym.observability.capture import CAPTURE_KEY, OBSERVATIONS_KEY
 from nemo_gym.observability.trajectory import (
     TRAJECTORY_KEY,
@@ -38,6 +40,7 @@ from nemo_gym.observability.trajectory import (
     clear_model_call_captures,
     merge_model_call_capture_into_record,
 )
+from nemo_gym.rollouts.aggregate import aggregate_metrics_path
 from nemo_gym.rollouts.config import DEFAULT_CONCURRENCY
 from nemo_gym.rollouts.materialize import (
     ATTEMPT_INDEX_KEY,
@@ -159,7 +162,13 @@ class RolloutCollector:
             for path in (output, failures):
                 if repair_tail(path):
                     tqdm.write(f"note: dropped a partial last line of {path} (a write was interrupted)")
-            state.done = {rollout_key(row) for _, row in iter_jsonl(output)} if output.exists() else set()
+            if output.exists():
+                state.done, repeated = drop_repeated_rows(output, rollout_key)
+                if repeated:
+                    tqdm.write(
+                        f"note: dropped {repeated} duplicate rollout(s) from {output}: the same task and rollout "
+                        "were written twice (two runs at once); the first of each is kept"
+                    )
             if failures.exists():
                 for _, row in iter_jsonl(failures):
                     key = rollout_key(row)
@@ -167,7 +176,7 @@ class RolloutCollector:
                     if row.get(FAILURE_TERMINAL_KEY):
                         state.terminal.add(key)
         else:
-            for path in (output, failures):
+            for path in (output, failures, aggregate_metrics_path(output)):
                 path.unlink(missing_ok=True)
             write_json_atomic(manifest, {"fingerprint": self.materialized.fingerprint, "started_at": time.time()})
         return state

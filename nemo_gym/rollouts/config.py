@@ -40,6 +40,9 @@ class RolloutCollectionConfig(BaseNeMoGymCLIConfig):
         default=DEFAULT_CONCURRENCY, ge=1, description="Rollouts in flight at once (--concurrency)."
     )
     resume_from_cache: bool = Field(default=False, description="Continue a previous run (--resume).")
+    overwrite: bool = Field(
+        default=False, description="Replace the results of an earlier run in the output (--overwrite); else refused."
+    )
     responses_create_params: dict[str, Any] = Field(
         default_factory=dict, description="Overrides merged over every row's create params (--temperature, …)."
     )

@@ -15,6 +15,7 @@ from nemo_gym.errors import ConfigError
 from nemo_gym.jsonl import JsonlWriter, iter_jsonl
 from nemo_gym.observability.capture import capture_dirs_from_config
 from nemo_gym.rollouts.aggregate import aggregate_metrics_path, compute_metrics, rows_by_agent, write_metrics
+from nemo_gym.rollouts.claim import claim_output
 from nemo_gym.rollouts.collector import CollectionOptions, CollectionSummary, RolloutCollector, recorded_fingerprint
 from nemo_gym.rollouts.config import RolloutCollectionConfig
 from nemo_gym.rollouts.materialize import Materialized, MaterializeOptions, materialize
@@ -136,12 +137,17 @@ def run_collection(
     show_progress: bool = True,
     materialized: Materialized | None = None,
 ) -> RunResult:
-    """Collect every rollout against running servers; ``materialized`` from :func:`prepare_inputs` if already done."""
+    """Collect every rollout against running servers, holding the output's claim (:func:`claim_output`) throughout.
+
+    ``materialized``: the caller's :func:`prepare_inputs`, done inside the caller's own :func:`claim_output` (which
+    then spans this call too).
+    """
+    if materialized is None:
+        with claim_output(settings):
+            return run_collection(settings, config, show_progress, prepare_inputs(settings, config))
     composed = ComposedConfig.of(config)
     output = Path(settings.output_jsonl_fpath).expanduser().resolve()
     urls = agent_urls(composed)
-    if materialized is None:
-        materialized = prepare_inputs(settings, composed)
     options = CollectionOptions(
         output_path=output,
         concurrency=settings.num_samples_in_parallel,

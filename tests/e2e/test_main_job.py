@@ -25,7 +25,7 @@ def test_gym_eval_run_with_the_embedded_model_scores_rollouts_and_names_its_outp
     argv = [
         sys.executable, "-m", "nemo_gym.cli.main", "eval", "run", "--resources-server", ENVIRONMENT,
         "--input", str(examples), "--agent", f"{ENVIRONMENT}_simple_agent", "--output", str(output),
-        "--temperature", "0.2", "--max-output-tokens", "128",
+        "--overwrite", "--temperature", "0.2", "--max-output-tokens", "128",
         "+shared_venv=true", "+head_server={port: 0}", f"+cache_dir={workdir / 'cache'}",
     ]  # fmt: skip
     env = os.environ | {"NEMO_GYM_ENV_YAML": "", "OPENAI_API_KEY": ""}

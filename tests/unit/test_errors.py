@@ -13,6 +13,7 @@ from nemo_gym.judge import JudgeError
 from nemo_gym.launcher import ServerLaunchError, VenvBuildError
 from nemo_gym.launcher.status import HeadServerUnreachable
 from nemo_gym.profiling import ProfilerDependencyError
+from nemo_gym.rollouts.claim import OutputExistsError, OutputInUseError
 from nemo_gym.skills import SkillsError
 from nemo_gym.transport.http_client import ServerRequestError, ServerTimeoutError
 
@@ -27,6 +28,8 @@ from nemo_gym.transport.http_client import ServerRequestError, ServerTimeoutErro
         (PromptRenderError, ConfigError),
         (PromptFieldMissingError, PromptRenderError),
         (ProfilerDependencyError, UserError),
+        (OutputExistsError, ConfigError),
+        (OutputInUseError, UserError),
         (SkillsError, ConfigError),
         (VenvBuildError, LaunchError),
         (ServerLaunchError, LaunchError),

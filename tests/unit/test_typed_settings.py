@@ -122,6 +122,19 @@ def test_flag_and_override_precedence_is_unchanged(
     assert captured.collector_options[0].concurrency == expected
 
 
+def test_overwrite_is_one_typed_setting_for_the_flag_and_the_legacy_override(
+    captured: Captured, capsys: pytest.CaptureFixture[str], workdir: Path
+) -> None:
+    earlier = write(workdir / "out.jsonl", '{"_ng_task_index": 0, "_ng_rollout_index": 0, "reward": 1.0}\n')
+    assert main(eval_run()) == 1
+    assert "--overwrite" in capsys.readouterr().err and not captured.collector_options
+    assert main(eval_run("--overwrite")) == 0, capsys.readouterr().err
+    assert main(eval_run("+overwrite=true")) == 0, capsys.readouterr().err  # NeMo Gym's spelling, same field
+    assert len(captured.collector_options) == 2 and earlier.exists()  # (the fake collector writes nothing)
+    assert main(eval_run("--overwrite", "+overwrite=true")) == 1
+    assert "++overwrite" in capsys.readouterr().err
+
+
 def test_the_same_key_as_flag_and_plus_override_is_one_error_naming_the_flag(
     captured: Captured, capsys: pytest.CaptureFixture[str]
 ) -> None:

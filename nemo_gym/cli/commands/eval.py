@@ -34,6 +34,8 @@ RUN_FLAGS = (
          field="num_samples_in_parallel", metavar="N", value_type=int, minimum=1),
     Flag(("--resume",), "continue a previous run: skip finished rollouts, retry failed ones",
          field="resume_from_cache", switch=True),
+    Flag(("--overwrite",), "replace an earlier run's results in --output (without this or --resume, a run that "
+         "finds them is refused)", field="overwrite", switch=True),
     Flag(("--temperature",), "sampling temperature for every row", field="responses_create_params.temperature",
          value_type=float, minimum=0),
     Flag(("--top-p",), "nucleus sampling for every row", field="responses_create_params.top_p",
@@ -46,6 +48,7 @@ RUN_FLAGS = (
 
 def run(invocation: Invocation) -> int:
     from nemo_gym.jsonl import check_writable_output
+    from nemo_gym.rollouts.claim import claim_output
     from nemo_gym.rollouts.config import RolloutCollectionConfig
     from nemo_gym.rollouts.run import RunResult, prepare_inputs, run_collection
 
@@ -54,7 +57,13 @@ def run(invocation: Invocation) -> int:
         composed = compose(ComposeOptions(overrides=invocation.overrides, dummy_model=True))
         settings = invocation.settings(RolloutCollectionConfig, composed.config)
         check_writable_output(settings.output_jsonl_fpath)
-        return _run_reporting(lambda: run_collection(settings, _head_server_config(composed)), settings, stderr)
+
+        def collect() -> RunResult:
+            with claim_output(settings):  # held until the metrics are written: one writer per output
+                running = _head_server_config(composed)
+                return run_collection(settings, running, materialized=prepare_inputs(settings, running))
+
+        return _run_reporting(collect, settings, stderr)
 
     from nemo_gym.launcher import running_servers
 
@@ -65,10 +74,11 @@ def run(invocation: Invocation) -> int:
     check_writable_output(settings.output_jsonl_fpath)
 
     def start_and_collect() -> RunResult:
-        materialized = prepare_inputs(settings, composed)  # a bad row is reported before any server starts
-        stderr.print(f"Starting servers (logs in {Path(composed.config.results_dir) / 'logs'}) …", markup=False)
-        with running_servers(config=composed) as launcher:
-            return run_collection(settings, launcher.composed, materialized=materialized)
+        with claim_output(settings):  # held until the metrics are written: one writer per output
+            materialized = prepare_inputs(settings, composed)  # a bad row is reported before any server starts
+            stderr.print(f"Starting servers (logs in {Path(composed.config.results_dir) / 'logs'}) …", markup=False)
+            with running_servers(config=composed) as launcher:
+                return run_collection(settings, launcher.composed, materialized=materialized)
 
     return _run_reporting(start_and_collect, settings, stderr)
 
