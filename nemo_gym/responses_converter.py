@@ -18,16 +18,14 @@ from uuid import uuid4
 
 from pydantic import BaseModel
 
+from nemo_gym.chat_to_responses import chat_messages_to_responses_items, chat_params_to_responses_params
 from nemo_gym.openai_responses import (
     TOKEN_ID_FIELDS,
     NeMoGymChatCompletion,
     NeMoGymChatCompletionCreateParamsNonStreaming,
     NeMoGymChatCompletionMessage,
     NeMoGymChatCompletionMessageForTraining,
-    NeMoGymChatCompletionNamedToolChoiceParam,
     NeMoGymCompletionUsage,
-    NeMoGymEasyInputMessage,
-    NeMoGymFunctionCallOutput,
     NeMoGymIncompleteDetails,
     NeMoGymResponse,
     NeMoGymResponseCreateParamsNonStreaming,
@@ -424,66 +422,14 @@ class ResponsesConverter:
         return self.chat_completion_message_to_output_items(message_dict)
 
     def chat_completions_messages_to_responses_items(self, messages: Sequence[Any]) -> list[Any]:
-        """A whole Chat conversation as Responses items: the reverse of `responses_input_to_chat_messages`.
-
-        User, system and developer turns become easy input messages, assistant turns their output items (reasoning
-        split out of `<think>` spans), and tool results `function_call_output` items."""
-        items: list[Any] = []
-        for message in messages:
-            role = get_field(message, "role")
-            content = get_field(message, "content")
-            if role in ("user", "system", "developer"):
-                items.append(
-                    NeMoGymEasyInputMessage.model_validate({"role": role, "content": _responses_content(content)})
-                )
-            elif role == "assistant":
-                assistant = message.model_dump(exclude_none=True) if isinstance(message, BaseModel) else dict(message)
-                if isinstance(content, list):  # text parts: one string, as a generated message has
-                    assistant["content"] = "".join(get_field(part, "text") or "" for part in content)
-                items.extend(self.postprocess_assistant_message_dict(assistant))
-            elif role == "tool":
-                if not isinstance(content, str):
-                    content = [{"type": "input_text", "text": get_field(part, "text")} for part in content or []]
-                items.append(
-                    NeMoGymFunctionCallOutput(
-                        call_id=get_field(message, "tool_call_id"), output=content, status="completed"
-                    )
-                )
-            else:
-                raise NotImplementedError(f"Chat message role {role!r} has no Responses equivalent")
-        return items
+        """A whole Chat conversation as Responses items (see `chat_to_responses.chat_messages_to_responses_items`)."""
+        return chat_messages_to_responses_items(messages, self.postprocess_assistant_message_dict)
 
     def chat_completion_to_responses_create_params(
         self, chat_params: NeMoGymChatCompletionCreateParamsNonStreaming | Mapping[str, Any]
     ) -> NeMoGymResponseCreateParamsNonStreaming:
         """A Chat request as the Responses request that asks for the same thing."""
-        if not isinstance(chat_params, NeMoGymChatCompletionCreateParamsNonStreaming):
-            chat_params = NeMoGymChatCompletionCreateParamsNonStreaming.model_validate(chat_params)
-        tool_choice: Any = chat_params.tool_choice
-        if isinstance(tool_choice, NeMoGymChatCompletionNamedToolChoiceParam):
-            tool_choice = {"type": "function", "name": tool_choice.function.name}
-        body: dict[str, Any] = {
-            "input": self.chat_completions_messages_to_responses_items(chat_params.messages),
-            "tool_choice": tool_choice or "auto",
-            "tools": [
-                {"type": "function", **tool.function.model_dump(exclude_none=True)} for tool in chat_params.tools or []
-            ],
-        }
-        copied = {
-            "max_output_tokens": chat_params.max_completion_tokens or chat_params.max_tokens,
-            "metadata": chat_params.metadata,
-            "model": chat_params.model,
-            "parallel_tool_calls": chat_params.parallel_tool_calls,
-            "reasoning": {"effort": chat_params.reasoning_effort} if chat_params.reasoning_effort else None,
-            "service_tier": chat_params.service_tier,
-            "store": chat_params.store,
-            "temperature": chat_params.temperature,
-            "top_logprobs": chat_params.top_logprobs,
-            "top_p": chat_params.top_p,
-            "user": chat_params.user,
-        }
-        body.update({key: value for key, value in copied.items() if value is not None})
-        return NeMoGymResponseCreateParamsNonStreaming.model_validate(body)
+        return chat_params_to_responses_params(chat_params, self.chat_completions_messages_to_responses_items)
 
 
 VLLMConverter = ResponsesConverter
@@ -531,31 +477,6 @@ def _chat_content(content: Any, role: str) -> str | list[dict[str, Any]]:
             parts.append({"type": "video_url", "video_url": {"url": get_field(part, "video_url")}})
         else:
             raise NotImplementedError(f"Content part {part_type!r} has no Chat Completions equivalent")
-    return parts
-
-
-def _responses_content(content: Any) -> str | list[dict[str, Any]]:
-    """Chat message content -> Responses message content, the reverse of `_chat_content`; null content is empty."""
-    if content is None or isinstance(content, str):
-        return content or ""
-    parts: list[dict[str, Any]] = []
-    for part in content:
-        part_type = get_field(part, "type")
-        if part_type == "text":
-            parts.append({"type": "input_text", "text": get_field(part, "text")})
-        elif part_type == "image_url":
-            image = get_field(part, "image_url")
-            parts.append(
-                {
-                    "type": "input_image",
-                    "image_url": get_field(image, "url"),
-                    "detail": get_field(image, "detail") or "auto",
-                }
-            )
-        elif part_type == "video_url":
-            parts.append({"type": "input_video", "video_url": get_field(get_field(part, "video_url"), "url")})
-        else:
-            raise NotImplementedError(f"Chat content part {part_type!r} has no Responses equivalent")
     return parts
 
 
