@@ -4,7 +4,8 @@ Some environments are games or simulators whose reward arrives turn by turn. The
 Gymnasium's ``Env``, over HTTP and keyed by the session cookie:
 
 * ``POST /reset``: body = the dataset row. Starts a fresh episode for this session (replacing any earlier one) and
-  returns ``{observation, info}``; a non-null observation is shown to the model as a user message.
+  returns ``{observation, info}``; a non-null observation is shown to the model as a user message. A row whose task
+  fields fail the subclass's validation is answered with HTTP 422.
 * ``POST /step``: body = the row plus ``response`` (the model's latest turn, which holds the action). Returns
   ``{observation, reward, terminated, truncated, info}``. ``info.tool_outputs = [{call_id, output}]`` answers function
   calls the model made, so the conversation stays well formed. The episode's state is dropped once ``terminated`` or
@@ -21,7 +22,8 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from fastapi import FastAPI, HTTPException, Request
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from nemo_gym.base_resources_server import BaseResourcesServerConfig, ReverifyMode
 from nemo_gym.metrics import AggregateMetrics, AggregateMetricsRequest, aggregate_verify_responses
@@ -125,7 +127,10 @@ class GymnasiumServer(SimpleServer):
     # --- routes -------------------------------------------------------------------------------------------------
 
     async def reset(self, request: Request, body: ResetRequest) -> ResetResponse:
-        state, answer = self.reset_episode(body)
+        try:
+            state, answer = self.reset_episode(body)
+        except ValidationError as error:  # the row's task fields, read by the subclass: a bad row, so a 422
+            raise RequestValidationError(error.errors(include_url=False, include_context=False)) from error
         self._episodes.set(request.session[SESSION_ID_KEY], state)
         return answer
 

@@ -91,6 +91,38 @@ class NeMoGymStrictModel(BaseModel):
         return _drop_unknown_null_fields(cls, data)
 
 
+class KeyAccessMixin:
+    """Lets a request-side model be read like the SDK's TypedDict it stands for: ``message["role"]``,
+    ``message.get("tool_calls")``, ``"name" in message``, ``{**message}``, ``message["content"] = ...``.
+
+    NeMo Gym's Chat request types are TypedDicts, so code written for it indexes messages and tool calls; ours stay
+    validated models and answer the same reads. A key is present when it was given or holds a value: an optional
+    field left unset is absent, as it would be from the dict."""
+
+    def _present_keys(self) -> list[str]:
+        model: Any = self
+        given = model.model_fields_set
+        keys = [name for name in type(model).model_fields if name in given or getattr(model, name) is not None]
+        return keys + list(model.__pydantic_extra__ or ())
+
+    def keys(self) -> list[str]:
+        return self._present_keys()
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self._present_keys():
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        setattr(self, key, value)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._present_keys()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self[key] if key in self._present_keys() else default
+
+
 class NeMoGymLenientModel(BaseModel):
     """Base for response envelopes: like the SDK, keep unknown keys (provider additions must survive a pass-through),
     but drop unknown null ones so an SDK round-trip does not grow the object."""

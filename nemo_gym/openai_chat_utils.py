@@ -3,7 +3,8 @@
 Chat Completions is the dialect most open-model engines (vLLM, SGLang, ...) speak, so model servers translate Responses
 requests into these models and back. Request-side models reject unknown keys; response-side models keep extra keys
 (engines add fields such as `reasoning_content`) the way the SDK does. An assistant message that carries any token field
-is routed to its `ForTraining` variant, which requires all three.
+is routed to its `ForTraining` variant, which requires all three. NeMo Gym declares the request side as TypedDicts, so
+those models also answer dict reads (`message["role"]`, `message.get("tool_calls")`; see `KeyAccessMixin`).
 """
 
 from typing import Annotated, Any, Literal
@@ -11,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
 from nemo_gym.openai_base import (
+    KeyAccessMixin,
     NeMoGymLenientModel,
     NeMoGymStrictModel,
     ReasoningEffort,
@@ -24,43 +26,43 @@ from nemo_gym.openai_base import (
 # ----------------------------------------------------------------------------------------------------------------------
 
 
-class NeMoGymChatCompletionContentPartTextParam(NeMoGymStrictModel):
+class NeMoGymChatCompletionContentPartTextParam(KeyAccessMixin, NeMoGymStrictModel):
     type: Literal["text"] = "text"
     text: str
 
 
-class NeMoGymImageURL(NeMoGymStrictModel):
+class NeMoGymImageURL(KeyAccessMixin, NeMoGymStrictModel):
     url: str
     detail: Literal["auto", "low", "high"] | None = None
 
 
-class NeMoGymChatCompletionContentPartImageParam(NeMoGymStrictModel):
+class NeMoGymChatCompletionContentPartImageParam(KeyAccessMixin, NeMoGymStrictModel):
     type: Literal["image_url"] = "image_url"
     image_url: NeMoGymImageURL
 
 
-class NeMoGymInputAudio(NeMoGymStrictModel):
+class NeMoGymInputAudio(KeyAccessMixin, NeMoGymStrictModel):
     data: str
     format: str
 
 
-class NeMoGymChatCompletionContentPartInputAudioParam(NeMoGymStrictModel):
+class NeMoGymChatCompletionContentPartInputAudioParam(KeyAccessMixin, NeMoGymStrictModel):
     type: Literal["input_audio"] = "input_audio"
     input_audio: NeMoGymInputAudio
 
 
-class NeMoGymVideoURL(NeMoGymStrictModel):
+class NeMoGymVideoURL(KeyAccessMixin, NeMoGymStrictModel):
     url: str
 
 
-class NeMoGymChatCompletionContentPartVideoParam(NeMoGymStrictModel):
+class NeMoGymChatCompletionContentPartVideoParam(KeyAccessMixin, NeMoGymStrictModel):
     """Not an OpenAI part: the `video_url` part vLLM accepts for vision-language models."""
 
     type: Literal["video_url"] = "video_url"
     video_url: NeMoGymVideoURL
 
 
-class NeMoGymChatCompletionContentPartRefusalParam(NeMoGymStrictModel):
+class NeMoGymChatCompletionContentPartRefusalParam(KeyAccessMixin, NeMoGymStrictModel):
     type: Literal["refusal"] = "refusal"
     refusal: str
 
@@ -83,36 +85,36 @@ NeMoGymChatCompletionAssistantContentPart = Annotated[
 # ----------------------------------------------------------------------------------------------------------------------
 
 
-class NeMoGymChatCompletionSystemMessageParam(NeMoGymStrictModel):
+class NeMoGymChatCompletionSystemMessageParam(KeyAccessMixin, NeMoGymStrictModel):
     role: Literal["system"] = "system"
     content: str | list[NeMoGymChatCompletionContentPartTextParam]
     name: str | None = None
 
 
-class NeMoGymChatCompletionDeveloperMessageParam(NeMoGymStrictModel):
+class NeMoGymChatCompletionDeveloperMessageParam(KeyAccessMixin, NeMoGymStrictModel):
     role: Literal["developer"] = "developer"
     content: str | list[NeMoGymChatCompletionContentPartTextParam]
     name: str | None = None
 
 
-class NeMoGymChatCompletionUserMessageParam(NeMoGymStrictModel):
+class NeMoGymChatCompletionUserMessageParam(KeyAccessMixin, NeMoGymStrictModel):
     role: Literal["user"] = "user"
     content: str | list[NeMoGymChatCompletionUserContentPart]
     name: str | None = None
 
 
-class NeMoGymChatCompletionMessageToolCallFunctionParam(NeMoGymStrictModel):
+class NeMoGymChatCompletionMessageToolCallFunctionParam(KeyAccessMixin, NeMoGymStrictModel):
     name: str
     arguments: str
 
 
-class NeMoGymChatCompletionMessageToolCallParam(NeMoGymStrictModel):
+class NeMoGymChatCompletionMessageToolCallParam(KeyAccessMixin, NeMoGymStrictModel):
     id: str
     type: Literal["function"] = "function"
     function: NeMoGymChatCompletionMessageToolCallFunctionParam
 
 
-class NeMoGymChatCompletionAssistantMessageParam(NeMoGymStrictModel):
+class NeMoGymChatCompletionAssistantMessageParam(KeyAccessMixin, NeMoGymStrictModel):
     """A past assistant turn; `content` may be null when the turn only called tools."""
 
     role: Literal["assistant"] = "assistant"
@@ -128,7 +130,7 @@ class NeMoGymChatCompletionAssistantMessageForTrainingParam(
     """A past assistant turn that keeps the exact tokens it was sampled as, so multi-turn training stays on-policy."""
 
 
-class NeMoGymChatCompletionToolMessageParam(NeMoGymStrictModel):
+class NeMoGymChatCompletionToolMessageParam(KeyAccessMixin, NeMoGymStrictModel):
     role: Literal["tool"] = "tool"
     content: str | list[NeMoGymChatCompletionContentPartTextParam]
     tool_call_id: str
@@ -153,23 +155,23 @@ NeMoGymChatCompletionMessageParam = Annotated[
 ]
 
 
-class NeMoGymFunctionDefinition(NeMoGymStrictModel):
+class NeMoGymFunctionDefinition(KeyAccessMixin, NeMoGymStrictModel):
     name: str
     description: str | None = None
     parameters: dict[str, Any] | None = None
     strict: bool | None = None
 
 
-class NeMoGymChatCompletionToolParam(NeMoGymStrictModel):
+class NeMoGymChatCompletionToolParam(KeyAccessMixin, NeMoGymStrictModel):
     type: Literal["function"] = "function"
     function: NeMoGymFunctionDefinition
 
 
-class NeMoGymChatCompletionNamedToolChoiceFunction(NeMoGymStrictModel):
+class NeMoGymChatCompletionNamedToolChoiceFunction(KeyAccessMixin, NeMoGymStrictModel):
     name: str
 
 
-class NeMoGymChatCompletionNamedToolChoiceParam(NeMoGymStrictModel):
+class NeMoGymChatCompletionNamedToolChoiceParam(KeyAccessMixin, NeMoGymStrictModel):
     type: Literal["function"] = "function"
     function: NeMoGymChatCompletionNamedToolChoiceFunction
 

@@ -9,13 +9,15 @@ dumps to JSON that the official `openai` types accept, and accepts what those ty
 How unions pick a class: items are routed by their `type` (a missing `type` means a message). An item that carries
 any token field (`prompt_token_ids`, `generation_token_ids`, `generation_log_probs`) is routed to its `ForTraining`
 variant, which then insists on all three. Message-shaped items try easy message -> input message -> output message,
-left to right; each forbids unknown keys, so the first class that fits is the right one. Item types we do not model
+left to right (in a Response's `output`, output message first); each forbids unknown keys, so the first class that
+fits is the right one. Item types we do not model
 (hosted tools such as `mcp_call`, `web_search_call`, ...) fall through to the SDK's own models so they stay valid.
 The SDK is imported the first time such an item arrives, not before: `import openai` loads its HTTP clients too,
 ~20 MB in every server process that never sees a hosted-tool item.
 """
 
 import functools
+from collections.abc import Iterable
 from typing import Annotated, Any, Literal, NotRequired, Required, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, PlainValidator, Tag, TypeAdapter, field_validator
@@ -177,6 +179,12 @@ class NeMoGymResponseOutputMessage(NeMoGymStrictModel):
     type: Literal["message"] = "message"
     phase: Literal["commentary", "final_answer"] | None = Field(default=None, exclude_if=_is_none)  # see _is_none
 
+    @field_validator("content", mode="before")
+    @classmethod
+    def bare_text_is_one_part(cls, value: Any) -> Any:
+        """Some backends send an assistant message's content as a bare string; it is that text as one part."""
+        return [{"type": "output_text", "text": value}] if isinstance(value, str) else value
+
 
 class NeMoGymResponseFunctionToolCall(NeMoGymStrictModel):
     """A tool call; `arguments` is the raw JSON string the model produced (it may be invalid JSON)."""
@@ -284,8 +292,12 @@ NeMoGymResponseInputItem = Annotated[
 ]
 """Any Responses input item; hosted-tool items are validated by the SDK's models."""
 
+_OutputMessageFamily = Annotated[
+    NeMoGymResponseOutputMessage | NeMoGymEasyInputMessage | NeMoGymMessage, Field(union_mode="left_to_right")
+]
+
 NeMoGymResponseOutputItem = Annotated[
-    Annotated[NeMoGymResponseOutputMessage, Tag("message")]
+    Annotated[_OutputMessageFamily, Tag("message")]
     | Annotated[NeMoGymResponseOutputMessageForTraining, Tag("message_for_training")]
     | Annotated[NeMoGymResponseFunctionToolCall, Tag("function_call")]
     | Annotated[NeMoGymResponseFunctionToolCallForTraining, Tag("function_call_for_training")]
@@ -295,7 +307,8 @@ NeMoGymResponseOutputItem = Annotated[
     | Annotated[_SDKOutputItem, Tag("other")],
     Discriminator(_item_tag),
 ]
-"""Any Responses output item. `function_call_output` is allowed because agents return tool results in `output`."""
+"""Any Responses output item. Input-side items are allowed too, as in NeMo Gym: an agent's `output` is its whole
+trajectory, tool results (`function_call_output`) and the user turns of a multi-turn episode included."""
 
 NeMoGymResponseInput = str | list[NeMoGymResponseInputItem]
 
@@ -440,6 +453,14 @@ class NeMoGymResponseUsage(NeMoGymLenientModel):
         default_factory=NeMoGymResponseOutputTokensDetails
     )
     total_tokens: int
+
+    @classmethod
+    def sum_from_list(cls, usages: Iterable["NeMoGymResponseUsage"]) -> "NeMoGymResponseUsage":
+        """The usage of several model calls added up (NeMo Gym's name); no calls at all is a usage of zero."""
+        total = cls(input_tokens=0, output_tokens=0, total_tokens=0)
+        for usage in usages:
+            total = accumulate_response_usage(total, usage) or total
+        return total
 
 
 _SUMMED_USAGE_FIELDS: tuple[tuple[str | None, tuple[str, ...]], ...] = (

@@ -10,11 +10,15 @@ Two conventions make the round trip lossless enough for RL:
 """
 
 import re
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Literal
+from uuid import uuid4
 
+from pydantic import BaseModel
+
+from nemo_gym.chat_to_responses import chat_messages_to_responses_items, chat_params_to_responses_params
 from nemo_gym.openai_responses import (
     TOKEN_ID_FIELDS,
     NeMoGymChatCompletion,
@@ -65,8 +69,11 @@ MODEL_GENERATED_ITEM_TYPES: frozenset[str] = frozenset(
 )
 """Item types only a model produces: the first one marks where a replayed prompt ends and sampling began."""
 
-INCOMPLETE_FINISH_REASONS: frozenset[str] = frozenset({"length", "content_filter"})
-"""Chat finish reasons that mean the generation was cut off, so the agent loop must stop."""
+INCOMPLETE_FINISH_REASONS: Mapping[str, Literal["max_output_tokens", "content_filter"]] = MappingProxyType(
+    {"length": "max_output_tokens", "content_filter": "content_filter"}
+)
+"""Chat finish reasons that mean the generation was cut off (so the agent loop must stop), each with the Responses
+`incomplete_details.reason` it becomes."""
 
 RESPONSE_ECHO_FIELDS: tuple[str, ...] = (
     "background",
@@ -101,7 +108,9 @@ _TRAINING_VARIANTS: dict[type, type[OutputItem]] = {
 
 
 def _new_id(prefix: str) -> str:
-    return f"{prefix}_{uuid.uuid4().hex}"
+    # `uuid4` is looked up on this module at call time, so a test that patches
+    # `nemo_gym.responses_converter.uuid4` gets predictable ids.
+    return f"{prefix}_{uuid4().hex}"
 
 
 def _item_type(item: Any) -> str:
@@ -322,12 +331,12 @@ class ResponsesConverter:
         text = message.content or ""
         items: list[OutputItem] = []
         if self.uses_reasoning_parser:
-            spans = THINK_PATTERN.findall(text)
-            text = THINK_PATTERN.sub("", text)
+            spans, text = self._extract_reasoning_from_content(text)
             if spans:
                 items.append(
+                    # No status: a reasoning item never sends one (see NeMoGymResponseReasoningItem.status).
                     NeMoGymResponseReasoningItem(
-                        id=_new_id("rs"), summary=[NeMoGymSummary(text=span) for span in spans], status=status
+                        id=_new_id("rs"), summary=[NeMoGymSummary(text=span) for span in spans]
                     )
                 )
 
@@ -357,10 +366,11 @@ class ResponsesConverter:
 
     def chat_completion_to_response(
         self,
-        params: NeMoGymResponseCreateParamsNonStreaming | Mapping[str, Any],
+        responses_create_params: NeMoGymResponseCreateParamsNonStreaming | Mapping[str, Any],
         chat_completion: NeMoGymChatCompletion | Mapping[str, Any],
     ) -> NeMoGymResponse:
         """Wrap the first choice of a Chat completion as a Response that echoes the request parameters."""
+        params = responses_create_params
         if not isinstance(params, NeMoGymResponseCreateParamsNonStreaming):
             params = NeMoGymResponseCreateParamsNonStreaming.model_validate(params)
         if not isinstance(chat_completion, NeMoGymChatCompletion):
@@ -369,21 +379,57 @@ class ResponsesConverter:
             raise ValueError(f"Chat completion {chat_completion.id!r} has no choices to convert")
 
         choice = chat_completion.choices[0]
-        incomplete = choice.finish_reason in INCOMPLETE_FINISH_REASONS
+        incomplete_reason = INCOMPLETE_FINISH_REASONS.get(choice.finish_reason)
         return NeMoGymResponse(
             id=_new_id("resp"),
             created_at=chat_completion.created,
             model=chat_completion.model,
-            output=[  # a new list: list[OutputItem] is not a list[NeMoGymResponseOutputItem] to the type checker
-                *self.chat_completion_message_to_output_items(
-                    choice.message, status="incomplete" if incomplete else "completed"
-                )
-            ],
-            status="incomplete" if incomplete else "completed",
-            incomplete_details=NeMoGymIncompleteDetails(reason="max_output_tokens") if incomplete else None,
+            output=[*self.postprocess_chat_response(choice)],  # a new list: the type checker wants the wider type
+            status="incomplete" if incomplete_reason else "completed",
+            incomplete_details=NeMoGymIncompleteDetails(reason=incomplete_reason) if incomplete_reason else None,
             usage=_responses_usage(chat_completion.usage),
             **{name: getattr(params, name) for name in RESPONSE_ECHO_FIELDS},
         )
+
+    # ------------------------------------------------------------------------------------------------------------------
+    # The converter API NeMo Gym's environments call directly (its method names)
+    # ------------------------------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _wrap_reasoning_in_think_tags(texts: Sequence[str]) -> str:
+        """Reasoning texts as the `<think>` spans an assistant turn carries in Chat form; empty texts add nothing."""
+        return "".join(f"<think>{text}</think>" for text in texts if text)
+
+    @staticmethod
+    def _parse_think_tags(content: str) -> tuple[list[str], str]:
+        """(the text of every `<think>` span, the content with those spans removed)."""
+        return THINK_PATTERN.findall(content), THINK_PATTERN.sub("", content)
+
+    def _extract_reasoning_from_content(self, content: str) -> tuple[list[str], str]:
+        """Where this converter finds reasoning in model text; a subclass for another reasoning format overrides it."""
+        return self._parse_think_tags(content)
+
+    def postprocess_chat_response(self, choice: Any) -> list[OutputItem]:
+        """Output items for one Chat choice (ours, or an `openai` SDK one); a cut-off choice gives incomplete items."""
+        message = get_field(choice, "message")
+        if isinstance(message, BaseModel) and not isinstance(message, NeMoGymChatCompletionMessage):
+            message = message.model_dump(exclude_none=True)  # an SDK message: read as the dict it dumps to
+        cut_off = get_field(choice, "finish_reason") in INCOMPLETE_FINISH_REASONS
+        return self.chat_completion_message_to_output_items(message, status="incomplete" if cut_off else "completed")
+
+    def postprocess_assistant_message_dict(self, message_dict: Mapping[str, Any]) -> list[OutputItem]:
+        """Output items for one Chat assistant message given as a plain dict (e.g. read from an agent's log)."""
+        return self.chat_completion_message_to_output_items(message_dict)
+
+    def chat_completions_messages_to_responses_items(self, messages: Sequence[Any]) -> list[Any]:
+        """A whole Chat conversation as Responses items (see `chat_to_responses.chat_messages_to_responses_items`)."""
+        return chat_messages_to_responses_items(messages, self.postprocess_assistant_message_dict)
+
+    def chat_completion_to_responses_create_params(
+        self, chat_params: NeMoGymChatCompletionCreateParamsNonStreaming | Mapping[str, Any]
+    ) -> NeMoGymResponseCreateParamsNonStreaming:
+        """A Chat request as the Responses request that asks for the same thing."""
+        return chat_params_to_responses_params(chat_params, self.chat_completions_messages_to_responses_items)
 
 
 VLLMConverter = ResponsesConverter

@@ -24,7 +24,7 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from omegaconf import DictConfig, OmegaConf
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
 from nemo_gym.config.ports import LISTEN_FD_ENV_VAR
 from nemo_gym.config.server_models import SERVER_TYPES, BaseRunServerInstanceConfig, BaseServerConfig
@@ -348,11 +348,6 @@ class SimpleServer(BaseServer):
                 "upstream_timeout": isinstance(error, ServerTimeoutError),
             }
             return JSONResponse(status_code=502, content=content)
-
-        @app.exception_handler(ValidationError)
-        async def _invalid_body(request: Request, error: ValidationError) -> JSONResponse:
-            detail = [{"loc": list(e["loc"]), "msg": e["msg"], "type": e["type"]} for e in error.errors()]
-            return JSONResponse(status_code=422, content={"detail": detail})
 
         @app.exception_handler(Exception)
         async def _unexpected(request: Request, error: Exception) -> JSONResponse:

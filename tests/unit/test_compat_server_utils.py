@@ -15,6 +15,7 @@ from fastapi import Request
 from fastapi.testclient import TestClient
 from multidict import CIMultiDict, CIMultiDictProxy
 from omegaconf import OmegaConf
+from pydantic import BaseModel, ValidationError
 from yarl import URL
 
 from nemo_gym import server_utils
@@ -231,15 +232,35 @@ class _Server(SimpleServer):
         async def whoami(request: Request) -> dict[str, str]:
             return {"session": request.session[SESSION_ID_KEY]}
 
+        @app.post("/count")
+        async def count(body: _Count) -> dict[str, int]:
+            _Count.model_validate({"n": "not a number"} if body.n < 0 else {"n": body.n})  # a server-side slip
+            return {"n": body.n}
+
         return app
 
 
-def _app() -> TestClient:
+class _Count(BaseModel):
+    n: int
+
+
+def _app(raise_server_exceptions: bool = True) -> TestClient:
     config = BaseRunServerInstanceConfig(name="resources", host="127.0.0.1", port=0, entrypoint="app.py")
     client = ServerClient(
         head_server_config=BaseServerConfig(host="127.0.0.1", port=1), global_config_dict=OmegaConf.create(CONFIG)
     )
-    return TestClient(_Server(config=config, server_client=client).setup_webserver())
+    app = _Server(config=config, server_client=client).setup_webserver()
+    return TestClient(app, raise_server_exceptions=raise_server_exceptions)
+
+
+def test_a_bad_body_is_a_422_but_a_validation_error_in_the_handler_is_the_servers_500() -> None:
+    with _app(raise_server_exceptions=False) as client:
+        assert client.post("/count", json={"n": 3}).json() == {"n": 3}
+        assert client.post("/count", json={"n": "three"}).status_code == 422
+        broken = client.post("/count", json={"n": -1})
+        assert broken.status_code == 500 and broken.json()["error"].startswith("ValidationError")
+    with _app() as client, pytest.raises(ValidationError, match="_Count"):
+        client.post("/count", json={"n": -1})  # as with NeMo Gym's servers, a test client sees the error itself
 
 
 def test_a_test_client_keeps_one_session_across_calls() -> None:

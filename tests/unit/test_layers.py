@@ -23,6 +23,7 @@ LAYERS: dict[str, int] = {
     "openai_chat_utils": 2,
     "openai_responses": 2,
     "responses_converter": 2,
+    "chat_to_responses": 2,
     "jsonl": 2,
     "session_store": 2,
     "metrics": 2,

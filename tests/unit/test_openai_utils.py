@@ -343,9 +343,17 @@ def test_output_text_concatenates_assistant_text_only() -> None:
     assert Response.model_validate(response.model_dump()).output_text == response.output_text
 
 
-def test_response_output_rejects_unknown_item_shapes() -> None:
+@pytest.mark.parametrize(
+    "item",
+    [
+        {"type": "message", "role": "tool", "content": "no message has this role"},
+        {"type": "message", "role": "user", "content": 42},
+        {"type": "message", "role": "assistant", "content": "x", "id": "m", "colour": "unknown key"},
+    ],
+)
+def test_response_output_rejects_unknown_item_shapes(item: dict[str, Any]) -> None:
     body = sample_response().model_dump()
-    body["output"].append({"type": "message", "role": "user", "content": "not an output item"})
+    body["output"].append(item)
     with pytest.raises(ValidationError):
         NeMoGymResponse.model_validate(body)
 

@@ -404,14 +404,16 @@ def test_chat_message_models_are_accepted_directly() -> None:
     assert [type(item) for item in trained] == [NeMoGymResponseOutputMessageForTraining]
 
 
-@pytest.mark.parametrize("finish_reason", ["length", "content_filter"])
-def test_truncated_completion_is_incomplete(finish_reason: str) -> None:
+@pytest.mark.parametrize(
+    ("finish_reason", "reason"), [("length", "max_output_tokens"), ("content_filter", "content_filter")]
+)
+def test_truncated_completion_is_incomplete(finish_reason: str, reason: str) -> None:
     response = ResponsesConverter().chat_completion_to_response(
         {"input": "q"}, chat_completion({"content": "partial"}, finish_reason=finish_reason)
     )
     assert response.status == "incomplete"
     assert response.incomplete_details is not None
-    assert response.incomplete_details.reason == "max_output_tokens"
+    assert response.incomplete_details.reason == reason
     assert response.output[0].status == "incomplete"
 
 
