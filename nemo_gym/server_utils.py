@@ -17,7 +17,7 @@ import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 import uvicorn
@@ -62,6 +62,7 @@ FASTAPI_WORKER_ENV_VAR = "IS_NEMO_GYM_FASTAPI_WORKER"
 FASTAPI_ENTRYPOINT_ENV_VAR = "IS_NEMO_GYM_FASTAPI_ENTRYPOINT"
 
 __all__ = [
+    "ServerStatus",
     "DEFAULT_HEAD_SERVER_PORT",
     "DEFAULT_HOST",
     "FASTAPI_ENTRYPOINT_ENV_VAR",
@@ -155,6 +156,11 @@ _BASE_URL_CACHE_SIZE = 1024
 _base_url_cache: dict[tuple[int, str], tuple[DictConfig, str]] = {}
 
 
+ServerStatus = Literal["success", "connection_error", "timeout", "unknown_error"]
+"""What :meth:`ServerClient.poll_for_status` finds."""
+_POLL_TIMEOUT_S = 5.0
+
+
 class ServerClient(BaseModel):
     """Calls any server of the running config by instance name: ``await client.post("my_agent", "/run", json=row)``."""
 
@@ -220,6 +226,25 @@ class ServerClient(BaseModel):
         model server's URL to a CLI, and a runner may replace it on one client to send every call of that client
         to another address."""
         return f"http://{server_config_dict['host']}:{server_config_dict['port']}"
+
+    def poll_for_status(self, server_name: str) -> ServerStatus:
+        """Whether a server (or ``head_server``) answers at all, any HTTP status included (it may have no route at
+        ``/``). Blocking, for start-up loops that wait for a sibling; NeMo Gym's name and answers."""
+        if server_name == "head_server":
+            url = f"http://{self.head_server_config.host}:{self.head_server_config.port}"
+        else:
+            url = self._build_server_base_url(get_first_server_config_dict(self.global_config_dict, server_name))
+        try:
+            with urllib.request.urlopen(url, timeout=_POLL_TIMEOUT_S):
+                return "success"
+        except urllib.error.HTTPError:
+            return "success"  # it answered
+        except TimeoutError:
+            return "timeout"
+        except urllib.error.URLError as error:
+            return "timeout" if isinstance(error.reason, TimeoutError) else "connection_error"
+        except Exception:
+            return "unknown_error"
 
     async def request(self, method: str, server_name: str, url_path: str, **kwargs: Any) -> aiohttp.ClientResponse:
         from nemo_gym.transport import http_client

@@ -339,3 +339,39 @@ def test_rollout_prefixes() -> None:
     assert apply_rollout_prefix("http://m:1/", "3-1", token_capture=True) == (
         "http://m:1/ng-rollout/3-1/training-token-capture"
     )
+
+
+def test_poll_for_status_says_whether_a_server_answers_at_all() -> None:
+    """NeMo Gym's start-up loops wait with ``while client.poll_for_status(name) != "success"``: any HTTP answer (a 404
+    at ``/`` too) is success, a closed port is a connection error."""
+    import socket
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    class NotFound(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_error(404)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    httpd = HTTPServer(("127.0.0.1", 0), NotFound)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        closed_port = closed.getsockname()[1]  # bound, never listening: connections are refused
+        config = OmegaConf.create({
+            "head_server": {"host": "127.0.0.1", "port": httpd.server_address[1]},
+            "up": {"responses_api_models": {"m": {"host": "127.0.0.1", "port": httpd.server_address[1]}}},
+            "down": {"responses_api_models": {"m": {"host": "127.0.0.1", "port": closed_port}}},
+        })  # fmt: skip
+        client = server_utils.ServerClient(
+            head_server_config=BaseServerConfig(host="127.0.0.1", port=httpd.server_address[1]),
+            global_config_dict=config,
+        )
+        try:
+            assert client.poll_for_status("up") == "success"
+            assert client.poll_for_status("head_server") == "success"
+            assert client.poll_for_status("down") == "connection_error"
+        finally:
+            httpd.shutdown()
