@@ -158,8 +158,6 @@ class NeMoGymEasyInputMessage(NeMoGymStrictModel):
     content: str | list[NeMoGymEasyInputContent]
     type: Literal["message"] = "message"
     phase: Literal["commentary", "final_answer"] | None = Field(default=None, exclude_if=_is_none)  # see _is_none
-    status: ItemStatus | None = Field(default=None, exclude=True)
-    """Accepted and dropped, as NeMo Gym's model does: environments build easy messages with a ``status``."""
 
 
 class NeMoGymMessage(NeMoGymStrictModel):
