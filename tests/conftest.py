@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import pytest
 
 from nemo_gym.config import ports
 from nemo_gym.global_config import reset_global_config_dict
+
+# A shell starts background jobs with SIGINT ignored, and children inherit an ignored signal: tests that interrupt a
+# run or a launcher with SIGINT (as a user's Ctrl-C) would see it ignored. Children inherit a handler as the default.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)
