@@ -33,7 +33,8 @@ def test_first_turn_calls_the_tool_and_second_turn_answers():
 
 
 def test_invalid_requests_are_rejected():
-    assert client().post("/v1/responses", json={"input": "x", "bogus": 1}).status_code >= 400
+    assert client().post("/v1/responses", json={"input": "x", "bogus": 1}).status_code == 422
+    assert client().post("/v1/chat/completions", json={"messages": "not a list"}).status_code == 422
 
 
 def test_chat_completions_follow_the_same_script():
