@@ -122,6 +122,23 @@ class KeyAccessMixin:
     def get(self, key: str, default: Any = None) -> Any:
         return self[key] if key in self._present_keys() else default
 
+    def __eq__(self, other: object) -> bool:
+        """Equal to the dict it stands for, as NeMo Gym's TypedDict would be (its tests compare the two)."""
+        if isinstance(other, dict):
+            return _as_dict_reads(self) == other
+        return bool(super().__eq__(other))
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like the dict it stands for
+
+
+def _as_dict_reads(value: Any) -> Any:
+    """``value`` as its dict reads give it: present keys only, nested request models and lists likewise."""
+    if isinstance(value, KeyAccessMixin):
+        return {key: _as_dict_reads(value[key]) for key in value.keys()}
+    if isinstance(value, list):
+        return [_as_dict_reads(item) for item in value]
+    return value
+
 
 class NeMoGymLenientModel(BaseModel):
     """Base for response envelopes: like the SDK, keep unknown keys (provider additions must survive a pass-through),

@@ -20,7 +20,18 @@ import functools
 from collections.abc import Iterable
 from typing import Annotated, Any, Literal, NotRequired, Required, TypedDict
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, PlainValidator, Tag, TypeAdapter, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    PlainValidator,
+    Tag,
+    TypeAdapter,
+    field_validator,
+    model_validator,
+)
 
 from nemo_gym.openai_base import (
     REQUIRED_TOKEN_METADATA_FIELDS,
@@ -145,6 +156,12 @@ NeMoGymFunctionCallOutputContent = Annotated[
 # ----------------------------------------------------------------------------------------------------------------------
 
 
+def _without_status(data: Any) -> Any:
+    if isinstance(data, dict) and "status" in data:
+        return {key: value for key, value in data.items() if key != "status"}
+    return data
+
+
 def _is_none(value: object) -> bool:
     """Fields that newer OpenAI APIs added are left out of a dump while unset, so what an environment written for
     NeMo Gym (on openai 2.7) reads and compares has exactly the keys it expects."""
@@ -158,6 +175,13 @@ class NeMoGymEasyInputMessage(NeMoGymStrictModel):
     content: str | list[NeMoGymEasyInputContent]
     type: Literal["message"] = "message"
     phase: Literal["commentary", "final_answer"] | None = Field(default=None, exclude_if=_is_none)  # see _is_none
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_status(cls, data: Any) -> Any:
+        """A status is accepted and dropped, as NeMo Gym's easy message ignores it (its environments build easy
+        messages with one). In the item unions a status still routes a message to the full form that keeps it."""
+        return _without_status(data)
 
 
 class NeMoGymMessage(NeMoGymStrictModel):
@@ -225,9 +249,13 @@ class NeMoGymResponseReasoningItem(NeMoGymStrictModel):
     summary: list[NeMoGymSummary]
     content: list[NeMoGymReasoningContent] | None = None
     encrypted_content: str | None = None
-    # Accepted, never sent on: OpenAI's API refuses a reasoning item's status when it is replayed in a later request,
-    # and NeMo Gym's reasoning item has no status at all.
-    status: ItemStatus | None = Field(default=None, exclude=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_status(cls, data: Any) -> Any:
+        """A status is accepted and dropped: OpenAI's API refuses a reasoning item's status when it is replayed in a
+        later request, and NeMo Gym's reasoning item has none (its environments compare items built with one)."""
+        return _without_status(data)
 
 
 class NeMoGymResponseOutputMessageForTraining(TokenIDLogProbMixin, NeMoGymResponseOutputMessage):
@@ -275,8 +303,20 @@ _SDKInputItem = Annotated[Any, PlainValidator(_sdk_input_item, json_schema_input
 _SDKOutputItem = Annotated[Any, PlainValidator(_sdk_output_item, json_schema_input_type=dict[str, Any])]
 """A hosted-tool output item, validated by the SDK's ``ResponseOutputItem`` union (loaded on first use)."""
 
+
+def _refuse_status(data: Any) -> Any:
+    if isinstance(data, dict) and data.get("status") is not None:
+        raise ValueError("a message with a status is one of the full forms")
+    return data
+
+
+_EasyInputMessageWithoutStatus = Annotated[NeMoGymEasyInputMessage, BeforeValidator(_refuse_status)]
+"""The first choice of a message in the unions; a message with a status goes to the full form that keeps it, and only
+when none takes it (a string content, an assistant turn without an id) to the easy form, which drops it."""
+
 _MessageFamily = Annotated[
-    NeMoGymEasyInputMessage | NeMoGymMessage | NeMoGymResponseOutputMessage, Field(union_mode="left_to_right")
+    _EasyInputMessageWithoutStatus | NeMoGymMessage | NeMoGymResponseOutputMessage | NeMoGymEasyInputMessage,
+    Field(union_mode="left_to_right"),
 ]
 
 NeMoGymResponseInputItem = Annotated[
@@ -293,7 +333,8 @@ NeMoGymResponseInputItem = Annotated[
 """Any Responses input item; hosted-tool items are validated by the SDK's models."""
 
 _OutputMessageFamily = Annotated[
-    NeMoGymResponseOutputMessage | NeMoGymEasyInputMessage | NeMoGymMessage, Field(union_mode="left_to_right")
+    NeMoGymResponseOutputMessage | _EasyInputMessageWithoutStatus | NeMoGymMessage | NeMoGymEasyInputMessage,
+    Field(union_mode="left_to_right"),
 ]
 
 NeMoGymResponseOutputItem = Annotated[

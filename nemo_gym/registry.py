@@ -16,6 +16,7 @@ from pathlib import Path
 
 import yaml
 
+from nemo_gym import INSTALL_DIR as _INSTALL_DIR
 from nemo_gym import PARENT_DIR
 
 __all__ = [
@@ -26,7 +27,7 @@ __all__ = [
     "discover_environments",
 ]
 
-ENVIRONMENTS_DIR = PARENT_DIR / "environments"
+ENVIRONMENTS_DIR = _INSTALL_DIR / "environments"
 ENVIRONMENT_CONFIG_FILENAME = "config.yaml"
 
 

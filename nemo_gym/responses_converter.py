@@ -168,10 +168,11 @@ class ResponsesConverter:
     # ------------------------------------------------------------------------------------------------------------------
 
     def responses_to_chat_completion_create_params(
-        self, params: NeMoGymResponseCreateParamsNonStreaming | Mapping[str, Any]
+        self, responses_create_params: NeMoGymResponseCreateParamsNonStreaming | Mapping[str, Any]
     ) -> NeMoGymChatCompletionCreateParamsNonStreaming:
         """Build the Chat request; only fields that carry meaning are set, so `model_dump(exclude_unset=True)` is
         the exact body to send."""
+        params = responses_create_params
         if not isinstance(params, NeMoGymResponseCreateParamsNonStreaming):
             params = NeMoGymResponseCreateParamsNonStreaming.model_validate(params)
 
@@ -221,7 +222,9 @@ class ResponsesConverter:
         self, input_: str | Sequence[Any], instructions: str | None = None
     ) -> list[ChatMessage]:
         """Walk Responses input items in order and emit Chat messages (plain dicts, validated by the caller)."""
-        items: list[Any] = [{"role": "user", "content": input_}] if isinstance(input_, str) else list(input_)
+        # A bare string is one user turn with one text part, as NeMo Gym sends it (its tests compare the messages).
+        text_turn = {"role": "user", "content": [{"type": "input_text", "text": input_}]}
+        items: list[Any] = [text_turn] if isinstance(input_, str) else list(input_)
         messages: list[ChatMessage] = []
 
         if instructions is not None:
@@ -426,10 +429,12 @@ class ResponsesConverter:
         return chat_messages_to_responses_items(messages, self.postprocess_assistant_message_dict)
 
     def chat_completion_to_responses_create_params(
-        self, chat_params: NeMoGymChatCompletionCreateParamsNonStreaming | Mapping[str, Any]
+        self, chat_completion_create_params: NeMoGymChatCompletionCreateParamsNonStreaming | Mapping[str, Any]
     ) -> NeMoGymResponseCreateParamsNonStreaming:
         """A Chat request as the Responses request that asks for the same thing."""
-        return chat_params_to_responses_params(chat_params, self.chat_completions_messages_to_responses_items)
+        return chat_params_to_responses_params(
+            chat_completion_create_params, self.chat_completions_messages_to_responses_items
+        )
 
 
 VLLMConverter = ResponsesConverter

@@ -10,7 +10,7 @@ import os
 import subprocess
 import sys
 
-from nemo_gym import PARENT_DIR
+from nemo_gym import INSTALL_DIR
 from nemo_gym.cli.output import print_error, print_warning
 
 LEGACY_COMMANDS: dict[str, list[str]] = {
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     name = legacy_name(argv[0])
     if name == "reinstall":
         print_warning(f"{os.path.basename(argv[0])} is deprecated; it reinstalls the project with `uv pip install`")
-        return subprocess.call(["uv", "pip", "install", "--python", sys.executable, "-e", f"{PARENT_DIR}[dev]"])
+        return subprocess.call(["uv", "pip", "install", "--python", sys.executable, "-e", f"{INSTALL_DIR}[dev]"])
     if name is None or name not in LEGACY_COMMANDS:
         print_error(f"{os.path.basename(argv[0])!r} is not a known legacy command; run `gym --help`")
         return 1

@@ -22,8 +22,8 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
 
-from nemo_gym import PARENT_DIR
-from nemo_gym.config.server_models import SERVER_TYPES
+from nemo_gym import INSTALL_DIR
+from nemo_gym.checkout import enclosing_checkout
 
 EXTRA_ROOTS_ENV_VAR = "NEMO_GYM_EXTRA_ROOTS"
 
@@ -54,20 +54,12 @@ def child_env(env: dict[str, str]) -> dict[str, str]:
     return {**env, EXTRA_ROOTS_ENV_VAR: os.pathsep.join(str(p) for p in extra)}
 
 
-def enclosing_checkout(directory: Path) -> Path | None:
-    """The parent of the nearest folder named after a server type that holds ``directory`` (or is it), or None."""
-    for folder in [directory, *directory.parents]:
-        if folder.name in SERVER_TYPES:
-            return folder.parent
-    return None
-
-
 def search_roots() -> list[Path]:
     """Extra roots, then cwd and the checkout holding it, then the install root; duplicates dropped, order kept."""
     cwd = Path.cwd().resolve()
     checkout = enclosing_checkout(cwd)
     roots: list[Path] = []
-    for root in [*extra_roots(), cwd, *([checkout] if checkout else []), PARENT_DIR]:
+    for root in [*extra_roots(), cwd, *([checkout] if checkout else []), INSTALL_DIR]:
         resolved = root.resolve()
         if resolved not in roots:
             roots.append(resolved)

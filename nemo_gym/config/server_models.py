@@ -20,6 +20,7 @@ from typing import Any, Literal, Union
 from omegaconf import DictConfig, OmegaConf
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
+from nemo_gym.checkout import SERVER_FOLDERS
 from nemo_gym.config.datasets import BenchmarkDatasetConfig, DatasetConfig, Domain
 from nemo_gym.config.tree import plain_dict
 
@@ -51,7 +52,7 @@ class BaseRunServerTypeConfig(BaseRunServerConfig):
 
 
 ServerTypeName = Union[Literal["responses_api_models"], Literal["resources_servers"], Literal["responses_api_agents"]]  # noqa: UP007
-SERVER_TYPES: tuple[str, ...] = ("responses_api_models", "resources_servers", "responses_api_agents")
+SERVER_TYPES: tuple[str, ...] = SERVER_FOLDERS
 
 
 class BaseServerTypeConfig(BaseModel):

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from nemo_gym import PARENT_DIR, __version__
+from nemo_gym import INSTALL_DIR, __version__
 from nemo_gym.errors import ConfigError, LaunchError
 from nemo_gym.launcher.processes import kill_group, spawn
 
@@ -105,8 +105,8 @@ def framework_requirement(extras: str = "", framework_dir: Path | None = None) -
     suffix = f"[{extras}]" if extras else ""
     if framework_dir is not None:
         return f"-e {framework_dir}{suffix}"
-    if (PARENT_DIR / PYPROJECT_FILE).is_file():
-        return f"-e {PARENT_DIR}{suffix}"
+    if (INSTALL_DIR / PYPROJECT_FILE).is_file():
+        return f"-e {INSTALL_DIR}{suffix}"
     return f"nemo-gym{suffix}=={__version__}"
 
 
@@ -114,7 +114,7 @@ def _framework_fingerprint(framework_dir: Path | None = None) -> bytes:
     """Which framework a venv installs and from where: two source checkouts (an editable install each) never share
     a venv, even with the same pyproject."""
     where = framework_requirement(framework_dir=framework_dir).encode()
-    pyproject = (framework_dir or PARENT_DIR) / PYPROJECT_FILE
+    pyproject = (framework_dir or INSTALL_DIR) / PYPROJECT_FILE
     if pyproject.is_file():
         return where + b"\n" + pyproject.read_bytes()
     return where
@@ -145,7 +145,7 @@ def _names_framework_dir(value: str, base: Path) -> bool:
     with contextlib.suppress(OSError):
         target = (base / Path(path).expanduser()).resolve()
         pyproject = target / PYPROJECT_FILE
-        return target == PARENT_DIR or (
+        return target == INSTALL_DIR or (
             pyproject.is_file() and re.search(r'(?m)^name\s*=\s*"nemo[-_.]?gym"', pyproject.read_text()) is not None
         )
     return False
@@ -157,7 +157,7 @@ def _written_for_nemo_gym(path: str, base: Path) -> bool:
     if not _is_local_path(path):
         return False
     with contextlib.suppress(OSError):
-        return (base / Path(path.split("[", 1)[0]).expanduser()).resolve() != PARENT_DIR
+        return (base / Path(path.split("[", 1)[0]).expanduser()).resolve() != INSTALL_DIR
     return True
 
 

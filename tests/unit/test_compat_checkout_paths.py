@@ -4,12 +4,14 @@ own checkout root."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from nemo_gym import PARENT_DIR
+from nemo_gym import INSTALL_DIR
 from nemo_gym.config.roots import enclosing_checkout, search_roots, searching
 from nemo_gym.errors import ConfigPathNotFoundError
 from nemo_gym.prompt import load_prompt_config
@@ -45,7 +47,7 @@ def test_the_checkout_comes_after_cwd_and_before_the_install_root(checkout: Path
     folder = checkout / "resources_servers" / "judge_env"
     monkeypatch.chdir(folder)
     roots = search_roots()
-    assert roots[:2] == [folder.resolve(), checkout.resolve()] and roots[-1] == PARENT_DIR
+    assert roots[:2] == [folder.resolve(), checkout.resolve()] and roots[-1] == INSTALL_DIR
     assert enclosing_checkout(checkout / "responses_api_agents") == checkout
     assert enclosing_checkout(checkout) is None
 
@@ -56,9 +58,24 @@ def test_outside_a_checkout_the_path_needs_a_search_dir(
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
-    assert search_roots() == [elsewhere.resolve(), PARENT_DIR]
+    assert search_roots() == [elsewhere.resolve(), INSTALL_DIR]
     with pytest.raises(ConfigPathNotFoundError, match="judge.yaml"):
         load_prompt_config(PROMPT)
     load_prompt_config.cache_clear()
     with searching([checkout]):  # gym ... --search-dir ~/Gym
         assert load_prompt_config(PROMPT).user == "Grade {answer}"
+
+
+def _parent_dir_seen_from(directory: Path) -> Path:
+    code = "import nemo_gym; print(nemo_gym.PARENT_DIR)"
+    return Path(subprocess.check_output([sys.executable, "-c", code], cwd=directory, text=True).strip())
+
+
+def test_parent_dir_is_the_checkout_that_holds_the_working_directory(checkout: Path, tmp_path: Path) -> None:
+    """NeMo Gym's code reads ``PARENT_DIR / "responses_api_agents/..."`` as its own checkout; here that is the
+    checkout a server folder (or its tests) runs in, or the checkout root itself, else our install root."""
+    assert _parent_dir_seen_from(checkout / "resources_servers" / "judge_env" / "tests") == checkout.resolve()
+    assert _parent_dir_seen_from(checkout) == checkout.resolve()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    assert _parent_dir_seen_from(elsewhere) == INSTALL_DIR

@@ -20,12 +20,15 @@ from nemo_gym.openai_utils import (
     RETRY_ERROR_CODES,
     TOKEN_METADATA_FIELDS,
     NeMoGymAsyncOpenAI,
+    NeMoGymChatCompletionContentPartTextParam,
     NeMoGymChatCompletionMessage,
     NeMoGymChatCompletionMessageToolCall,
+    NeMoGymChatCompletionUserMessageParam,
     NeMoGymEasyInputMessage,
     NeMoGymFunction,
     NeMoGymFunctionTool,
     NeMoGymFunctionToolParam,
+    NeMoGymMessage,
     NeMoGymResponseCreateParamsNonStreaming,
     NeMoGymResponseInputTokensDetails,
     NeMoGymResponseOutputTokensDetails,
@@ -207,7 +210,9 @@ def test_dumps_have_the_keys_nemo_gym_environments_compare_against() -> None:
     message = NeMoGymResponseOutputMessage(id="m", content=[NeMoGymResponseOutputText(text="x", annotations=[])])
     assert "phase" not in message.model_dump()
     thought = NeMoGymResponseReasoningItem(id="r", summary=[NeMoGymSummary(text="t")], status="completed")
-    assert thought.status == "completed" and "status" not in thought.model_dump()
+    assert "status" not in thought.model_dump() and thought == NeMoGymResponseReasoningItem(
+        id="r", summary=[{"text": "t"}]
+    )
     response = NeMoGymResponse(id="resp", created_at=0, model="m", output=[message, thought])
     dumped = response.model_dump()
     assert {"conversation", "prompt_cache_key", "safety_identifier"} <= dumped.keys()
@@ -224,3 +229,31 @@ def test_a_usage_dump_has_the_keys_of_the_installed_sdks_usage(monkeypatch: pyte
     assert usage.model_dump()["input_tokens_details"] == {"cached_tokens": 0}
     monkeypatch.setattr(wire, "_SDK_COUNTS_CACHE_WRITES", True)
     assert usage.model_dump()["input_tokens_details"] == {"cached_tokens": 0, "cache_write_tokens": 0}
+
+
+def test_a_status_on_an_easy_message_or_a_reasoning_item_is_dropped_as_nemo_gym_ignores_it() -> None:
+    """NeMo Gym's easy message and reasoning item ignore a ``status``; its environments build both with one."""
+    easy = NeMoGymEasyInputMessage(role="assistant", content="ok", status="completed")
+    assert easy == NeMoGymEasyInputMessage(role="assistant", content="ok") and "status" not in easy.model_dump()
+    request = NeMoGymResponseCreateParamsNonStreaming.model_validate(
+        {
+            "input": [
+                {"role": "user", "content": "a string content takes no full form", "status": "completed"},
+                {"role": "user", "content": [{"type": "input_text", "text": "x"}], "status": "completed"},
+            ]
+        }
+    )
+    first, second = request.input
+    assert type(first) is NeMoGymEasyInputMessage  # the status is dropped: no full form takes a string content
+    assert type(second) is NeMoGymMessage and second.status == "completed"  # a full form keeps it
+
+
+def test_a_chat_request_part_equals_the_dict_nemo_gyms_typeddict_would_be() -> None:
+    """NeMo Gym's Chat request types are TypedDicts: its tests compare them with plain dicts."""
+    message = NeMoGymChatCompletionUserMessageParam(
+        role="user", content=[NeMoGymChatCompletionContentPartTextParam(type="text", text="hi")]
+    )
+    assert message == {"role": "user", "content": [{"type": "text", "text": "hi"}]}
+    assert [{"role": "user", "content": [{"type": "text", "text": "hi"}]}] == [message]
+    assert message != {"role": "user", "content": "hi"}
+    assert message == NeMoGymChatCompletionUserMessageParam(role="user", content=[{"type": "text", "text": "hi"}])

@@ -211,3 +211,11 @@ def test_usage_sum_from_list() -> None:
     assert (total.input_tokens, total.output_tokens, total.total_tokens) == (7, 7, 14)
     assert (total.input_tokens_details.cached_tokens, total.output_tokens_details.reasoning_tokens) == (2, 4)
     assert NeMoGymResponseUsage.sum_from_list([]).total_tokens == 0
+
+
+def test_the_converter_takes_nemo_gyms_keyword_names() -> None:
+    converter = ResponsesConverter()
+    chat = converter.responses_to_chat_completion_create_params(responses_create_params={"input": "hi"})
+    assert chat.messages == [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]
+    back = converter.chat_completion_to_responses_create_params(chat_completion_create_params=chat)
+    assert back.input[0].model_dump()["content"] == [{"type": "input_text", "text": "hi"}]

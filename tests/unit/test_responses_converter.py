@@ -76,8 +76,11 @@ def chat_completion(message: dict[str, Any], finish_reason: str = "stop", **extr
 # ----------------------------------------------------------------------------------------------------------------------
 
 
-def test_string_input_becomes_one_user_message() -> None:
-    assert to_chat({"input": "hello"}) == {"messages": [{"role": "user", "content": "hello"}]}
+def test_string_input_becomes_one_user_message_with_one_text_part() -> None:
+    """NeMo Gym's converter sends a bare string as one text part; environments written for it compare the messages."""
+    assert to_chat({"input": "hello"}) == {
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "hello"}]}]
+    }
 
 
 def test_request_parameters_are_mapped() -> None:
@@ -95,7 +98,7 @@ def test_request_parameters_are_mapped() -> None:
         }
     )
     assert chat == {
-        "messages": [{"role": "user", "content": "hi"}],
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
         "model": "m",
         "max_tokens": 128,
         "temperature": 0.3,

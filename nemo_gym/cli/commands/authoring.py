@@ -9,7 +9,7 @@ from pathlib import Path
 from rich.markup import escape
 from rich.table import Table
 
-from nemo_gym import PARENT_DIR
+from nemo_gym import INSTALL_DIR
 from nemo_gym.cli.command import Command, Invocation
 from nemo_gym.cli.flags import Flag
 from nemo_gym.cli.output import console, print_warning
@@ -179,14 +179,14 @@ def _test_checkout(invocation: Invocation, cache_dir: Path) -> int:
 def dev_test(invocation: Invocation) -> int:
     """The core test suite (tests/), as a contributor runs it."""
     command = [sys.executable, "-m", "pytest", "tests", "--durations=10", *invocation.overrides]
-    return subprocess.call(command, cwd=PARENT_DIR)
+    return subprocess.call(command, cwd=INSTALL_DIR)
 
 
 def env_table(invocation: Invocation) -> int:
     """Regenerate the README's environment table (``--check``: fail if it is out of date)."""
     from nemo_gym.authoring.env_table import update_readme
 
-    readme = PARENT_DIR / "README.md"
+    readme = INSTALL_DIR / "README.md"
     current = update_readme(readme, check=bool(invocation.get("check")))
     if invocation.get("check") and not current:
         raise ConfigError(f"the environment table in {readme} is out of date: run `gym dev env-table`")

@@ -8,7 +8,7 @@ import platform
 import sys
 from importlib.metadata import PackageNotFoundError, version
 
-from nemo_gym import PARENT_DIR, __version__
+from nemo_gym import INSTALL_DIR, __version__
 from nemo_gym.cli.output import console
 
 
@@ -26,7 +26,7 @@ def version_info() -> dict[str, object]:
         "nemo_gym": __version__,
         "python": platform.python_version(),
         "python_executable": sys.executable,
-        "install_path": str(PARENT_DIR),
+        "install_path": str(INSTALL_DIR),
         "openai": _package_version("openai"),
         "pydantic": _package_version("pydantic"),
         "omegaconf": _package_version("omegaconf"),

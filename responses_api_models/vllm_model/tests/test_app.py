@@ -121,7 +121,7 @@ async def test_responses_forces_model_and_merges_extra_body_metadata_and_overrid
     assert sent["chat_template_kwargs"] == {"enable_thinking": False, "other": 1}
     assert (sent["temperature"], sent["top_p"]) == (1.0, 1.0)  # sampling_overrides beat the request
     assert sent["max_tokens"] == 64
-    assert sent["messages"] == [{"role": "user", "content": "hi"}]
+    assert sent["messages"] == [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]
     assert "metadata" not in sent and "logprobs" not in sent
     assert upstream.received[0].headers["Authorization"] == "Bearer engine-key"
 
