@@ -19,7 +19,14 @@ import pytest
 
 from nemo_gym.sandbox import seccomp
 from resources_servers.code_gen.grading import grade_solution
-from resources_servers.code_gen.sandbox import SandboxLimits, SandboxPolicy, landlock_abi, namespace_prefix
+from resources_servers.code_gen.sandbox import (
+    SandboxLimits,
+    SandboxPolicy,
+    check_policy,
+    describe_layers,
+    landlock_abi,
+    namespace_prefix,
+)
 
 pytestmark = [
     pytest.mark.timeout(120),
@@ -264,3 +271,12 @@ def test_without_the_audit_hook_the_kernel_limits_hold(code, limits, expected, i
     assert grade.result == expected, grade.failure
     assert in_stderr in (grade.failure["stderr"] or "")
     assert not sandbox_processes()
+
+
+def test_a_required_seccomp_layer_is_checked_at_startup(monkeypatch):
+    """``seccomp: required`` on a host without it refuses to start, naming why; ``auto`` starts and reports it off."""
+    monkeypatch.setattr(seccomp, "unsupported_reason", lambda: "no seccomp filter for the riscv64 architecture")
+    with pytest.raises(RuntimeError, match="seccomp is required but unavailable here .*riscv64"):
+        check_policy(SandboxPolicy(seccomp="required"))
+    check_policy(SandboxPolicy(seccomp="auto"))
+    assert describe_layers(SandboxPolicy(seccomp="auto"))["seccomp"] is False
