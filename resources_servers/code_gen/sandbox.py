@@ -71,7 +71,8 @@ class SandboxLimits:
     """Largest stdout/stderr (and any other file) the program may write."""
     open_files: int = 64
     extra_processes: int = 8
-    """RLIMIT_NPROC headroom above the user's current process count (root ignores RLIMIT_NPROC)."""
+    """RLIMIT_NPROC headroom above the user's current process count (root ignores RLIMIT_NPROC; where seccomp works it
+    refuses every new process first, for any user)."""
 
 
 @dataclass(frozen=True)
