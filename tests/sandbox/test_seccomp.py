@@ -98,3 +98,28 @@ def test_an_unknown_architecture_is_named_not_guessed(monkeypatch: pytest.Monkey
     assert reason is not None and "riscv64" in reason
     with pytest.raises(OSError, match="riscv64"):
         seccomp.deny_new_processes()  # refuses before touching this (test) process
+
+
+I386_FORK = """
+import ctypes, importlib.util, mmap, os, sys
+spec = importlib.util.spec_from_file_location("seccomp", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+module.deny_new_processes()
+page = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+page.write(bytes.fromhex("b802000000cd80c3"))  # mov eax, 2 (fork in the 32-bit table); int 0x80; ret
+result = ctypes.CFUNCTYPE(ctypes.c_int)(ctypes.addressof(ctypes.c_char.from_buffer(page)))()
+if result == 0:
+    os._exit(0)
+print(result)
+"""
+
+
+@pytest.mark.skipif(seccomp.platform.machine() != "x86_64", reason="the 32-bit system call table is x86-64's")
+def test_a_32_bit_system_call_cannot_dodge_the_filter() -> None:
+    """``int 0x80`` numbers system calls differently (2 is fork there); the filter refuses that whole ABI."""
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", I386_FORK, seccomp.__file__], capture_output=True, text=True, timeout=30
+    )
+    # -ENOSYS from the filter; a kernel without 32-bit emulation kills the process instead. Never a child's pid.
+    assert (done.returncode, done.stdout.strip()) == (0, "-38") or done.returncode < 0, (done.returncode, done.stdout)
