@@ -51,6 +51,9 @@ class CodeGenResourcesServerConfig(BaseResourcesServerConfig):
     """Network + PID namespaces via ``unshare``: ``required`` refuses to start without them."""
     landlock: LayerMode = "auto"
     audit_hook: bool = True
+    seccomp: LayerMode = "auto"
+    """A kernel filter: no new processes and no raised limits in the sandbox, also as root (where ``RLIMIT_NPROC``
+    does not bind); ``required`` refuses to start without it."""
 
 
 class UnitTests(BaseModel):
@@ -104,7 +107,9 @@ class CodeGenResourcesServer(SimpleResourcesServer):
 
     @property
     def policy(self) -> SandboxPolicy:
-        return SandboxPolicy(self.config.namespaces, self.config.landlock, self.config.audit_hook)
+        return SandboxPolicy(
+            self.config.namespaces, self.config.landlock, self.config.audit_hook, seccomp=self.config.seccomp
+        )
 
     @property
     def limits(self) -> SandboxLimits:

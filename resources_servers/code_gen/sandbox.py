@@ -10,14 +10,18 @@ Layers, outermost first (each is tested in ``tests/test_sandbox.py``):
 * **Resource limits** (set in the child): ``RLIMIT_CPU`` (CPU time), ``RLIMIT_AS`` (memory), ``RLIMIT_FSIZE`` (the
   size of any file written, stdout and stderr included, which are files here), ``RLIMIT_NOFILE``, ``RLIMIT_NPROC``
   (effective for non-root users), no core dumps.
+* **Seccomp** (``nemo_gym/sandbox/seccomp.py``): no ``fork``/``vfork``/``clone`` of a process (threads pass) and no
+  raising of a limit, whatever the user id: the process and limit layers for root, which ``RLIMIT_NPROC`` skips and
+  which may raise any rlimit.
 * **Landlock** (Linux >= 5.13, ``nemo_gym/sandbox/landlock.py``): read-only access to the interpreter and its
   standard library, read-write access to the temp dir only; TCP bind/connect denied (ABI >= 4); signals to processes
   outside the sandbox denied (ABI >= 6).
 * **Audit hook** in the interpreter: process creation, sockets, ctypes, files outside the temp dir, raising limits
   and heap introspection end the run at once with the ``sandbox_violation`` code.
 
-The audit hook alone is not a security boundary against a determined attacker; the kernel layers are. On a system
-without namespaces or Landlock, run the server inside a container.
+The audit hook alone is not a security boundary against a determined attacker; the kernel layers are, and each holds
+with the hook off (``audit_hook: false``; the tests run that way too). On a system without namespaces, seccomp or
+Landlock, run the server inside a container.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ from functools import cache
 from pathlib import Path
 from typing import Literal
 
-from nemo_gym.sandbox import landlock
+from nemo_gym.sandbox import landlock, seccomp
 from resources_servers.code_gen import sandbox_child as child
 
 logger = logging.getLogger(__name__)
@@ -50,6 +54,7 @@ RunStatus = Literal["ok", "runtime_error", "syntax_error", "timeout", "memory_li
 CHILD_SCRIPT = Path(child.__file__).resolve()
 LANDLOCK_MODULE = Path(landlock.__file__).resolve()
 """Loaded by path in the child's init stage (shared with the ``local`` sandbox provider of ``nemo_gym.sandbox``)."""
+SECCOMP_MODULE = Path(seccomp.__file__).resolve()
 _SYSTEM_LIBRARY_DIRS = ("/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/local/lib", "/etc/ld.so.cache", "/dev/null")
 _STDERR_KEEP = 4000
 
@@ -66,7 +71,8 @@ class SandboxLimits:
     """Largest stdout/stderr (and any other file) the program may write."""
     open_files: int = 64
     extra_processes: int = 8
-    """RLIMIT_NPROC headroom above the user's current process count (root ignores RLIMIT_NPROC)."""
+    """RLIMIT_NPROC headroom above the user's current process count (root ignores RLIMIT_NPROC; where seccomp works it
+    refuses every new process first, for any user)."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +80,7 @@ class SandboxPolicy:
     namespaces: LayerMode = "auto"
     landlock: LayerMode = "auto"
     audit_hook: bool = True
+    seccomp: LayerMode = "auto"
 
 
 @dataclass
@@ -115,6 +122,7 @@ def describe_layers(policy: SandboxPolicy) -> dict[str, object]:
     return {
         "namespaces": policy.namespaces != "off" and namespace_prefix() is not None,
         "landlock_abi": landlock_abi() if policy.landlock != "off" else 0,
+        "seccomp": policy.seccomp != "off" and seccomp.unsupported_reason() is None,
         "audit_hook": policy.audit_hook,
         "process_group_kill": True,
     }
@@ -126,6 +134,8 @@ def check_policy(policy: SandboxPolicy) -> None:
         raise RuntimeError("code_gen sandbox: namespaces are required but `unshare --net --pid` does not work here")
     if policy.landlock == "required" and landlock_abi() < 1:
         raise RuntimeError("code_gen sandbox: Landlock is required but this kernel does not provide it")
+    if policy.seccomp == "required" and (reason := seccomp.unsupported_reason()) is not None:
+        raise RuntimeError(f"code_gen sandbox: seccomp is required but unavailable here ({reason})")
 
 
 @cache
@@ -167,6 +177,8 @@ def _run_in(workdir: str, limits: SandboxLimits, policy: SandboxPolicy, fn_name:
         "read_paths": list(interpreter_read_paths()),
         "landlock": policy.landlock,
         "landlock_module": str(LANDLOCK_MODULE),
+        "seccomp": policy.seccomp,
+        "seccomp_module": str(SECCOMP_MODULE),
         "audit_hook": policy.audit_hook,
         "fn_name": fn_name,
         "limits": {

@@ -3,13 +3,15 @@
 Two stages, one file, so nothing of the server's package has to be importable (or readable) inside the sandbox:
 
 * ``init`` runs first (as PID 1 of a fresh PID namespace when ``unshare`` is available). It forks the worker, and
-  in that child, before anything untrusted runs, sets the resource limits, drops file-system and network access with
-  Landlock, and ``exec``s a fresh interpreter for the ``worker`` stage, so ``ctypes`` (needed for Landlock) is never
+  in that child, before anything untrusted runs, sets the resource limits, installs the seccomp filter (no new
+  processes, no raised limits: what ``RLIMIT_NPROC`` cannot promise for root), drops file-system and network access
+  with Landlock, and ``exec``s a fresh interpreter for the ``worker`` stage, so ``ctypes`` (needed for both) is never
   loaded where user code runs. It then reaps everything and exits with the worker's status (``128 + signal`` when a
   signal ended it). When PID 1 of a namespace exits, the kernel kills whatever is left in it.
 * ``worker`` installs an audit hook that ends the process with ``EXIT_VIOLATION`` on any forbidden operation (a
   process spawn, a socket, a file outside the work directory, raising a limit), then runs the solution as
-  ``__main__`` with the test input on stdin.
+  ``__main__`` with the test input on stdin. The kernel layers of the init stage hold without the hook (tests run
+  with it off); the hook is defence in depth, and turns a refused operation into a clear ``sandbox_violation``.
 
 The configuration is one JSON argument. Exit codes below are the contract with ``sandbox.py``.
 """
@@ -77,11 +79,12 @@ def _processes_of_this_user() -> int:
     return count
 
 
-def _load_landlock(path: str):
-    """``nemo_gym/sandbox/landlock.py``, loaded from its file: the package itself need not be importable here."""
+def _load_module(name: str, path: str):
+    """A standard-library-only module of ``nemo_gym/sandbox`` (``landlock.py``, ``seccomp.py``), loaded from its file:
+    the package itself need not be importable here."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("_nemo_gym_landlock", path)
+    spec = importlib.util.spec_from_file_location(f"_nemo_gym_{name}", path)
     if spec is None or spec.loader is None:
         raise OSError(f"cannot load {path}")
     module = importlib.util.module_from_spec(spec)
@@ -89,19 +92,24 @@ def _load_landlock(path: str):
     return module
 
 
+def _apply_layer(config: dict, name: str, apply) -> None:
+    """Set up one kernel layer as its mode says: ``required`` fails the run without it, ``auto`` writes a note."""
+    if config[name] == "off":
+        return
+    try:
+        apply(_load_module(name, config[f"{name}_module"]))
+    except OSError as e:
+        if config[name] == "required":
+            raise
+        os.write(2, f"sandbox: {name} not applied ({e})\n".encode())
+
+
 def _start_worker(config: dict) -> None:
-    """In the forked child: limits, Landlock, then a fresh interpreter for the worker stage. Never returns."""
+    """In the forked child: limits, seccomp, Landlock, then a fresh interpreter for the worker stage. Never returns."""
     try:
         _set_limits(config["limits"])  # first: counting processes reads /proc, which Landlock then closes
-        if config["landlock"] != "off":
-            try:
-                _load_landlock(config["landlock_module"]).restrict(
-                    config["read_paths"], [config["workdir"], os.devnull]
-                )
-            except OSError as e:
-                if config["landlock"] == "required":
-                    raise
-                os.write(2, f"sandbox: landlock not applied ({e})\n".encode())
+        _apply_layer(config, "seccomp", lambda m: m.deny_new_processes())  # before Landlock hides its module file
+        _apply_layer(config, "landlock", lambda m: m.restrict(config["read_paths"], [config["workdir"], os.devnull]))
         worker_config = json.dumps(config | {"stage": "worker"})
         os.execv(config["python"], [config["python"], "-I", "-S", "-B", os.path.abspath(__file__), worker_config])
     except BaseException as e:  # the exec failed, or a required layer could not be set up
