@@ -46,7 +46,7 @@ server instance's block for that server, or as ``server_max_active_requests`` at
 ``null``/``0`` there means no bound. Default: the connection-pool size per destination (see ``max_active_requests``)."""
 GLOBAL_MAX_ACTIVE_REQUESTS_KEY = f"server_{MAX_ACTIVE_REQUESTS_KEY}"
 
-GRACEFUL_SHUTDOWN_S = 3.0
+GRACEFUL_SHUTDOWN_S = 3
 """After SIGTERM, how long in-flight requests may still finish before uvicorn cancels them and the process exits.
 Unbounded, an agent waiting on a hung model outlived its launcher by the whole model-call deadline. Shorter than the
 launcher's grace period (``SHUTDOWN_GRACE_S``) and the reaper's (``GRACE_S``), so a stop rarely needs SIGKILL."""
