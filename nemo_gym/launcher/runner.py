@@ -50,6 +50,7 @@ from nemo_gym.global_config import (
 )
 from nemo_gym.launcher.head_server import HeadServer, bind_head_socket, build_head_app
 from nemo_gym.launcher.processes import LogSink, exit_code, read_lines_into, spawn, stop_process_groups
+from nemo_gym.launcher.reaper import CONFIG_FILE, Reaper, remove_run_files, sweep_dead_runs, write_owner
 from nemo_gym.launcher.venvs import BuildContext, VenvSpec, build_venv, shared_venv_enabled, venv_spec
 from nemo_gym.transport import http_client
 from nemo_gym.transport.http_client import TransportConfig, TransportError
@@ -151,6 +152,7 @@ class Launcher:
         self.config_path: Path | None = None
         self.servers: list[ServerProcess] = []
         self.head: HeadServer | None = None
+        self._reaper: Reaper | None = None
         self._builds: list[BuildContext] = []
         self._stop_requested = threading.Event()
         self._force = threading.Event()
@@ -271,7 +273,10 @@ class Launcher:
             server.sink.close()
         if self.head is not None:
             self.head.stop()
-        self._remove_config()
+        if self._reaper is not None:
+            self._reaper.release()
+        if self.config_path is not None:
+            remove_run_files(self.config_path)
         if not self._released_ports:  # failed before the children took the sockets over
             ports.release_all()
             self._released_ports = True
@@ -317,9 +322,13 @@ class Launcher:
         self.head.start()
 
     def _write_config(self) -> Path:
-        """The resolved config, secrets included, readable by this user only."""
+        """The resolved config, secrets included, readable by this user only, next to its owner record; leftovers of
+        dead launchers are swept first (see ``reaper.py``)."""
         run_root = self.results_dir / "run"
         run_root.mkdir(parents=True, exist_ok=True)
+        for swept in sweep_dead_runs(run_root):
+            if self.echo:
+                print(f"[nemo-gym] removed a dead launcher's config file in {swept}", file=sys.stderr, flush=True)
         stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
         attempt = 0
         while True:
@@ -329,20 +338,12 @@ class Launcher:
                 break
             except FileExistsError:  # another launch of this process in the same second
                 attempt += 1
-        path = run_dir / "config.yaml"
+        write_owner(run_dir)
+        path = run_dir / CONFIG_FILE
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(OmegaConf.to_yaml(self.config))
         return path
-
-    def _remove_config(self) -> None:
-        """The config file holds secrets and only the children read it: it goes when they do, with its directory."""
-        if self.config_path is None:
-            return
-        with contextlib.suppress(FileNotFoundError):
-            self.config_path.unlink()
-        with contextlib.suppress(OSError):  # not empty: someone put something else there; leave it
-            self.config_path.parent.rmdir()
 
     def _prepare_interpreters(self, deadline: float) -> None:
         """Shared mode: this interpreter for all. Otherwise one venv per implementation, built in parallel."""
@@ -401,6 +402,7 @@ class Launcher:
 
     def _spawn_all(self) -> None:
         assert self.config_path is not None
+        self._reaper = Reaper(self.config_path)  # stops the servers if this process dies without doing it
         for server in self.servers:
             reservation = ports.get_reservation(server.name)
             assert reservation is not None and server.python is not None
@@ -415,6 +417,7 @@ class Launcher:
                 )
             except OSError as e:
                 raise ServerLaunchError(f"server {server.name!r}: cannot start {server.python}: {e}") from e
+            self._reaper.watch(server.popen.pid)
             server.started_at = datetime.now(UTC).isoformat(timespec="seconds")
             assert server.popen.stdout is not None
             server.reader = threading.Thread(

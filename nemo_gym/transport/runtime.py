@@ -24,6 +24,7 @@ __all__ = [
     "CONNECTOR_LIMIT_KEY",
     "CONNECTOR_LIMIT_PER_HOST_KEY",
     "EVENT_LOOP_KEY",
+    "GRACEFUL_SHUTDOWN_S",
     "configure_transport",
     "event_loop_choice",
     "http_protocol",
@@ -44,6 +45,11 @@ MAX_ACTIVE_REQUESTS_KEY = "max_active_requests"
 server instance's block for that server, or as ``server_max_active_requests`` at the top level for every server;
 ``null``/``0`` there means no bound. Default: the connection-pool size per destination (see ``max_active_requests``)."""
 GLOBAL_MAX_ACTIVE_REQUESTS_KEY = f"server_{MAX_ACTIVE_REQUESTS_KEY}"
+
+GRACEFUL_SHUTDOWN_S = 3
+"""After SIGTERM, how long in-flight requests may still finish before uvicorn cancels them and the process exits.
+Unbounded, an agent waiting on a hung model outlived its launcher by the whole model-call deadline. Shorter than the
+launcher's grace period (``SHUTDOWN_GRACE_S``) and the reaper's (``GRACE_S``), so a stop rarely needs SIGKILL."""
 
 GC_GEN0_THRESHOLD = 20_000
 """Allocations between young collections (CPython's default is 700)."""
@@ -151,6 +157,7 @@ def uvicorn_config(app: Any, host: str, port: int, global_config: Any, max_activ
         # Servers talk to each other directly; no proxy's X-Forwarded-* headers to trust, so skip that layer.
         proxy_headers=False,
         lifespan="on",
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
     )
 
 

@@ -8,6 +8,7 @@ last turn. Replies are stateless, so any number of concurrent rollouts can share
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import time
 from typing import Any, TypeVar
@@ -31,6 +32,8 @@ class ScriptedModelConfig(BaseResponsesAPIModelConfig):
     script: list[list[dict[str, Any]]] = Field(default_factory=lambda: DEFAULT_SCRIPT)
     """Output items per turn; ids, call ids and statuses are filled in."""
     model_name: str = "scripted"
+    reply_delay_s: float = Field(default=0.0, ge=0)
+    """Seconds each reply waits before it is sent: a slow model, or (large) a hung one, for fault tests."""
 
 
 class ScriptedModel(SimpleResponsesAPIModel):
@@ -42,9 +45,14 @@ class ScriptedModel(SimpleResponsesAPIModel):
     def _turn(self, finished_tool_calls: int) -> list[dict[str, Any]]:
         return self.config.script[min(finished_tool_calls, len(self.config.script) - 1)]
 
+    async def _delay(self) -> None:
+        if self.config.reply_delay_s:
+            await asyncio.sleep(self.config.reply_delay_s)
+
     async def responses(self, request: Request) -> Response:
         """Replies to a Responses request (validated like any model server's input)."""
         body = _parse_body(NeMoGymResponseCreateParamsNonStreaming, await request.body())
+        await self._delay()
         items = body.input if isinstance(body.input, list) else []
         finished = sum(1 for item in items if getattr(item, "type", None) == "function_call_output")
         number = next(self._ids)
@@ -78,6 +86,7 @@ class ScriptedModel(SimpleResponsesAPIModel):
 
     async def chat_completions(self, request: Request) -> Response:
         body = _parse_body(NeMoGymChatCompletionCreateParamsNonStreaming, await request.body())
+        await self._delay()
         finished = sum(1 for message in body.messages if getattr(message, "role", None) == "tool")
         number = next(self._ids)
         text_parts: list[str] = []

@@ -240,11 +240,12 @@ def test_killing_the_launcher_leaves_no_child(server_root: Path, sig: signal.Sig
             # An orderly stop takes the whole process group of each server, grandchildren included.
             assert wait_gone([*pids, grandchild]) == []
         else:
-            # SIGKILL leaves no chance to clean up: the kernel's parent-death signal stops the servers themselves.
-            assert wait_gone(pids) == []
+            # SIGKILL leaves no chance to clean up: the parent-death signal and the run's reaper stop the servers, and
+            # the reaper their process groups, grandchildren included.
+            assert wait_gone([*pids, grandchild]) == []
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
         if grandchild is not None and not gone(grandchild):
-            os.kill(grandchild, signal.SIGKILL)  # orphaned on purpose by the SIGKILL case
+            os.kill(grandchild, signal.SIGKILL)
