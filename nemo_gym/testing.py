@@ -220,7 +220,7 @@ def scripted_rollout(
 
     import httpx
 
-    from nemo_gym import PARENT_DIR
+    from nemo_gym import INSTALL_DIR
     from nemo_gym.config import ports
     from nemo_gym.launcher import running_servers
 
@@ -230,7 +230,7 @@ def scripted_rollout(
         json.dumps({"policy_model": {"responses_api_models": {"scripted_model": {"script": script}}}}),  # JSON is YAML
         encoding="utf-8",
     )
-    scripted = PARENT_DIR / "responses_api_models" / "scripted_model" / "configs" / "scripted_model.yaml"
+    scripted = INSTALL_DIR / "responses_api_models" / "scripted_model" / "configs" / "scripted_model.yaml"
     overrides = [
         f"+config_paths=[{Path(config_path).resolve()},{scripted},{script_path}]",
         "+shared_venv=true",

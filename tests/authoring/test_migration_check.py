@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from nemo_gym import PARENT_DIR
+from nemo_gym import INSTALL_DIR
 from nemo_gym.authoring.migration_check import (
     CheckOptions,
     Interpreter,
@@ -225,7 +225,7 @@ def test_a_nemo_gym_checkout_runs_against_our_nemo_gym(workdir, capsys) -> None:
     assert "- `resources_servers/needs_more_api`: our-api: ImportError: cannot import name" in written
     assert "| `resources_servers/echo` | passed (2/0/1) | failed (0/1/0) |  |  |" in written
     saved = json.loads(report.read_text())
-    assert saved["checkout"] == str(checkout) and saved["nemo_gym"] == str(PARENT_DIR)
+    assert saved["checkout"] == str(checkout) and saved["nemo_gym"] == str(INSTALL_DIR)
     assert [(f["folder"], f["result"], f["cause"]) for f in saved["folders"]] == [
         ("resources_servers/echo", "passed", None),
         ("resources_servers/needs_more_api", "failed", "our-api"),

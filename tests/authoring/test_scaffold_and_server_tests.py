@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from nemo_gym import PARENT_DIR
+from nemo_gym import INSTALL_DIR
 from nemo_gym.authoring.server_tests import validate_server_data
 from nemo_gym.cli.main import main
 from tests.helpers import write
@@ -41,7 +41,7 @@ def test_init_then_test_then_eval_run(workdir, capsys):
             {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "apple"}]}
         ]]}}}}
     ))  # fmt: skip
-    scripted = PARENT_DIR / "responses_api_models" / "scripted_model" / "configs" / "scripted_model.yaml"
+    scripted = INSTALL_DIR / "responses_api_models" / "scripted_model" / "configs" / "scripted_model.yaml"
     code = main([
         "eval", "run", "--resources-server", "my_env", "--config", str(scripted), "--config", str(script),
         "--agent", "my_env_simple_agent", "--input", str(server / "data" / "example.jsonl"),
@@ -98,4 +98,4 @@ def test_data_validation_names_each_problem(tmp_path):
 def test_the_readme_environment_table_is_current():
     from nemo_gym.authoring.env_table import update_readme
 
-    assert update_readme(PARENT_DIR / "README.md", check=True), "run `gym dev env-table` and commit README.md"
+    assert update_readme(INSTALL_DIR / "README.md", check=True), "run `gym dev env-table` and commit README.md"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from nemo_gym import PARENT_DIR
+from nemo_gym import INSTALL_DIR
 from nemo_gym.errors import ConfigError
 from nemo_gym.launcher import ServerLaunchError, running_servers
 from nemo_gym.launcher.venvs import (
@@ -65,12 +65,12 @@ def test_framework_lines_are_replaced_and_paths_made_absolute(tmp_path: Path) ->
     assert f"-r {tmp_path / 'extra.txt'}" in lines
     assert f"-e {tmp_path / 'local_pkg'}" in lines
     assert "nemo-gym-plugin==1.0" in lines and "requests>=2" in lines
-    assert framework_requirement() == f"-e {PARENT_DIR}"
+    assert framework_requirement() == f"-e {INSTALL_DIR}"
 
 
 def test_framework_is_added_when_not_named_and_a_path_to_it_counts(tmp_path: Path) -> None:
     assert rewrite_requirements("six==1.16.0\n", tmp_path).splitlines()[1:] == [framework_requirement(), "six==1.16.0"]
-    relative = "../" * (len(tmp_path.parts) - 1) + str(PARENT_DIR).lstrip("/")
+    relative = "../" * (len(tmp_path.parts) - 1) + str(INSTALL_DIR).lstrip("/")
     lines = rewrite_requirements(f"-e {relative}\n", tmp_path).splitlines()
     assert lines[1:] == [framework_requirement()]
 
@@ -84,7 +84,7 @@ def test_a_folder_written_inside_a_nemo_gym_checkout_gets_the_compat_extra(tmp_p
     for line in ("-e nemo-gym[dev] @ ../../", "-e nemo-gym @ ../..", "-e ../..[dev]"):
         framework = rewrite_requirements(line + "\n", folder).splitlines()[1]
         assert framework == framework_requirement(COMPAT_EXTRA), line
-    ours = "../" * (len(folder.parts) - 1) + str(PARENT_DIR).lstrip("/")
+    ours = "../" * (len(folder.parts) - 1) + str(INSTALL_DIR).lstrip("/")
     for line, extras in (
         ("nemo-gym", ""),
         ("nemo-gym[dev]", "dev"),
@@ -100,7 +100,7 @@ def test_the_compat_extra_lists_what_nemo_gym_folders_import_undeclared() -> Non
     """The extra exists in our pyproject, so the rewritten line installs something (uv ignores an unknown extra)."""
     import tomllib
 
-    extras = tomllib.loads((PARENT_DIR / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    extras = tomllib.loads((INSTALL_DIR / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     names = {re.split(r"[\[<>=]", requirement)[0].lower() for requirement in extras[COMPAT_EXTRA]}
     assert {"datasets", "ray", "requests", "mlflow"} <= names
     assert NEMO_GYM_OPENAI_PIN in extras[COMPAT_EXTRA], "a pyproject folder gets the same pin as an override"
@@ -125,8 +125,8 @@ def test_two_source_checkouts_of_the_framework_never_share_a_venv(tmp_path: Path
     impl = make_server(tmp_path, "env", requirements="six\n")
     first = venv_spec("resources_servers", "env", impl, tmp_path / "cache", PY)
     other = tmp_path / "worktree"
-    write(other / "pyproject.toml", (PARENT_DIR / "pyproject.toml").read_text())
-    monkeypatch.setattr(venvs, "PARENT_DIR", other)
+    write(other / "pyproject.toml", (INSTALL_DIR / "pyproject.toml").read_text())
+    monkeypatch.setattr(venvs, "INSTALL_DIR", other)
     assert venv_spec("resources_servers", "env", impl, tmp_path / "cache", PY).key != first.key
 
 

@@ -19,7 +19,7 @@ import nemo_gym.cli.commands.eval as eval_commands
 import nemo_gym.launcher
 import nemo_gym.rollouts.reverify as reverify_module
 import nemo_gym.rollouts.run as run_module
-from nemo_gym import PARENT_DIR
+from nemo_gym import INSTALL_DIR
 from nemo_gym.cli.main import main
 from nemo_gym.config.compose import ComposedConfig, ComposeOptions
 from nemo_gym.config.roots import EXTRA_ROOTS_ENV_VAR, child_env, search_roots, searching
@@ -30,8 +30,8 @@ from nemo_gym.rollouts.materialize import Materialized
 from nemo_gym.rollouts.reverify import ReverifyOptions
 from tests.helpers import write
 
-WEATHER_DATA = PARENT_DIR / "resources_servers" / "example_single_tool_call" / "data" / "example.jsonl"
-NEMO_GYM = PARENT_DIR / "nemo_gym"
+WEATHER_DATA = INSTALL_DIR / "resources_servers" / "example_single_tool_call" / "data" / "example.jsonl"
+NEMO_GYM = INSTALL_DIR / "nemo_gym"
 
 
 @dataclass
@@ -182,7 +182,7 @@ def test_reverify_concurrency_flag_is_a_typed_field_with_its_own_default(
 def test_each_default_concurrency_is_assigned_once_in_nemo_gym(name: str, value: int) -> None:
     assignment = re.compile(rf"^\s*{name}\s*(:[^=]*)?=\s*(\S+)", re.MULTILINE)
     found = [
-        (path.relative_to(PARENT_DIR), match.group(2))
+        (path.relative_to(INSTALL_DIR), match.group(2))
         for path in sorted(NEMO_GYM.rglob("*.py"))
         for match in assignment.finditer(path.read_text(encoding="utf-8"))
     ]

@@ -15,12 +15,12 @@ import pytest
 
 import nemo_gym.launcher
 import nemo_gym.launcher.runner
-from nemo_gym import PARENT_DIR
+from nemo_gym import INSTALL_DIR
 from nemo_gym.cli.main import main
 from nemo_gym.global_config import parse_global_config_dict
 from tests.helpers import write
 
-WEATHER_DATA = PARENT_DIR / "resources_servers" / "example_single_tool_call" / "data" / "example.jsonl"
+WEATHER_DATA = INSTALL_DIR / "resources_servers" / "example_single_tool_call" / "data" / "example.jsonl"
 
 WEATHER = """\
 weather2:
@@ -229,10 +229,10 @@ def test_types_read_from_source_follow_aliases_and_leave_what_they_cannot_resolv
 
 
 IN_REPO_CONFIGS = sorted(
-    str(path.relative_to(PARENT_DIR))
+    str(path.relative_to(INSTALL_DIR))
     for pattern in ("resources_servers/*/configs/*.yaml", "responses_api_models/*/configs/*.yaml",
                     "environments/*/config.yaml", "benchmarks/*/config.yaml")
-    for path in PARENT_DIR.glob(pattern)
+    for path in INSTALL_DIR.glob(pattern)
 )  # fmt: skip
 
 
@@ -240,7 +240,7 @@ IN_REPO_CONFIGS = sorted(
 def test_every_config_in_the_repository_still_validates(
     config: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.chdir(PARENT_DIR)
+    monkeypatch.chdir(INSTALL_DIR)
     code, _, err = run(capsys, "env", "validate", "--config", config)
     assert code == 0, err
 
@@ -250,7 +250,7 @@ def test_the_agent_configs_validate_once_their_resources_server_is_named(
     agent: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The agent configs are templates (``resources_server.name: ???``) that an environment config completes."""
-    monkeypatch.chdir(PARENT_DIR)
+    monkeypatch.chdir(INSTALL_DIR)
     server = "blackjack" if agent == "gymnasium_agent" else "example_single_tool_call"
     code, _, err = run(
         capsys, "env", "validate", "--resources-server", server, "--config",
@@ -369,7 +369,7 @@ def test_a_script_using_server_client_leaves_no_unclosed_session_at_exit(tmp_pat
         port = probe.getsockname()[1]
     script = write(tmp_path / "script.py", SCRIPT.replace("PORT", str(port)))
     result = subprocess.run(
-        [sys.executable, str(script)], cwd=PARENT_DIR, capture_output=True, text=True, timeout=120, check=False
+        [sys.executable, str(script)], cwd=INSTALL_DIR, capture_output=True, text=True, timeout=120, check=False
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ServerRequestError"
