@@ -23,7 +23,7 @@ from typing import TypeVar
 import psutil
 import pytest
 
-from nemo_gym import PARENT_DIR
+from nemo_gym import INSTALL_DIR
 from nemo_gym.launcher import running_servers
 from nemo_gym.launcher.reaper import CONFIG_FILE, OWNER_FILE, sweep_dead_runs
 from nemo_gym.transport.runtime import GRACEFUL_SHUTDOWN_S
@@ -82,7 +82,7 @@ def start_eval_run(root: Path) -> tuple[subprocess.Popen, Path]:
     command = [
         sys.executable, "-m", "nemo_gym.cli.main", "eval", "run", "--resources-server", WEATHER,
         "--model-type", "scripted_model", "--agent", f"{WEATHER}_simple_agent",
-        "--input", str(PARENT_DIR / "resources_servers" / WEATHER / "data" / "example.jsonl"),
+        "--input", str(INSTALL_DIR / "resources_servers" / WEATHER / "data" / "example.jsonl"),
         "--output", str(root / "rollouts.jsonl"), "--num-repeats", "8",
         "+shared_venv=true", "+head_server={port: 0}", f"+results_dir={root / 'results'}",
         f"+cache_dir={root / 'cache'}", HUNG,
@@ -199,7 +199,7 @@ def test_a_sigkilled_launchers_config_is_swept_at_the_next_start_and_a_live_runs
 def test_sigterm_gives_a_hung_request_a_bounded_grace_then_the_server_exits_by_itself(tmp_path: Path) -> None:
     """Before, uvicorn waited for every in-flight request, so an orderly stop of a hung model server always ended
     in the launcher's SIGKILL; now the server cancels the request after GRACEFUL_SHUTDOWN_S and exits on SIGTERM."""
-    model_config = PARENT_DIR / "responses_api_models" / "scripted_model" / "configs" / "scripted_model.yaml"
+    model_config = INSTALL_DIR / "responses_api_models" / "scripted_model" / "configs" / "scripted_model.yaml"
     overrides = [
         f"+config_paths=[{model_config}]", f"++results_dir={tmp_path / 'results'}", "++head_server.port=0",
         "++shared_venv=true", HUNG,
