@@ -16,11 +16,12 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from benchmarks.performance.server_down.run import child_serving, kill_for_restart
 from tests.rollouts.conftest import CONFIG, ROOT, write_dataset
 from tests.rollouts.test_collection import ENV, HANG_GUARD_S, keys, read, wait_for_lines
 
@@ -77,38 +78,6 @@ class Run:
     def log(self) -> str:
         return "\n".join(self.lines[-60:])
 
-    def model_server_pid(self) -> int:
-        """The scripted model server the launcher of this run started (its child with that instance name)."""
-        for pid in _children(self.process.pid):
-            if b"NEMO_GYM_CONFIG_PATH=policy_model\0" in Path(f"/proc/{pid}/environ").read_bytes():
-                return pid
-        raise AssertionError("no model server among the run's children")
-
-
-def _children(parent: int) -> Iterator[int]:
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == parent:
-                yield int(entry.name)
-
-
-def restart_like(pid: int) -> Callable[[], subprocess.Popen]:
-    """Kill a server's process group and start it again: same command, directory and environment, no inherited socket
-    (it binds the host and port of the run's config file)."""
-    proc = Path(f"/proc/{pid}")
-    args = [part.decode() for part in (proc / "cmdline").read_bytes().split(b"\0") if part]
-    cwd = os.readlink(proc / "cwd")
-    environ = dict(item.decode().split("=", 1) for item in (proc / "environ").read_bytes().split(b"\0") if b"=" in item)
-    environ.pop("NEMO_GYM_LISTEN_FD", None)
-    os.killpg(pid, signal.SIGKILL)
-    return lambda: subprocess.Popen(
-        args, cwd=cwd, env=environ, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
-    )
-
 
 def check_complete(output: Path) -> None:
     rows = read(output)
@@ -125,7 +94,7 @@ def kill_model_mid_run(workdir: Path, *extra: str) -> tuple[Run, float, Callable
     run = Run(workdir, data, "--concurrency", "64", *held, *extra)
     output = workdir / "out" / "rollouts.jsonl"
     wait_for_lines(1000, output, running=run.process)
-    start_again = restart_like(run.model_server_pid())
+    start_again = kill_for_restart(child_serving(run.process.pid, "policy_model"))
     killed_at = time.monotonic()
     release.touch()  # the held rollouts finish; the next ones fail at the dead model server
     return run, killed_at, start_again
