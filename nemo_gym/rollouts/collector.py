@@ -13,6 +13,9 @@ Guarantees:
   differ from the run it continues; a (task, rollout) found twice in the output is kept once (the file rewritten
   atomically), so the metrics count it once. A fresh run replaces the output, failures and metrics files: whether
   it may is decided before, by ``rollouts/claim.py``;
+* a failure pointing at a server that cannot be reached is charged only if that server answers a probe; a server
+  found down pauses the run, and the rollouts it failed run again once it is back (``rollouts/breaker.py``), or the
+  run stops with :class:`~nemo_gym.rollouts.breaker.ServersDownError` and leaves them untried for ``--resume``;
 * an answer marked ``_ng_no_persist`` (an infrastructure failure such as a killed sandbox) is written nowhere, so
   resume runs it again without counting an attempt;
 * with ``capture_dirs`` (model-call capture on), each rollout gets its captured calls and ``ng_trajectory``.
