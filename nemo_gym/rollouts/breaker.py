@@ -145,7 +145,7 @@ class Breakers:
         if breaker.failures >= self.threshold:
             self._pause(server.name)
         if breaker.probe is None:
-            breaker.probe = asyncio.ensure_future(self._probe(server.url))
+            breaker.probe = asyncio.ensure_future(self._ask(server.url))
         probe = breaker.probe
         reason = await asyncio.shield(probe)
         if breaker.probe is probe:
@@ -190,7 +190,7 @@ class Breakers:
         assert breaker.down_since is not None
         while True:
             await asyncio.sleep(self._probe_interval_s)
-            reason = await self._probe(breaker.server.url)
+            reason = await self._ask(breaker.server.url)
             waited = time.monotonic() - breaker.down_since
             if reason is None:
                 self._say(f"{breaker.server.describe()} is back after {waited:.0f} s: resuming rollouts")
@@ -206,6 +206,13 @@ class Breakers:
                 )
                 self._closed.set()  # wake every waiting worker: each raises the error
                 return
+
+    async def _ask(self, url: str) -> str | None:
+        """The probe's verdict; a probe that fails in an unforeseen way counts as no answer, never ends the run."""
+        try:
+            return await self._probe(url)
+        except Exception as e:  # any failure to get an answer means: not alive
+            return f"probe failed: {type(e).__name__}: {e}"
 
     async def _http_probe(self, url: str) -> str | None:
         """``GET /`` outside the shared pool (whose connections to this server may all be taken by rollouts)."""

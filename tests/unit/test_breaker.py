@@ -234,3 +234,17 @@ def test_a_hard_limit_below_the_need_is_refused_with_a_line_naming_the_flag_and_
     assert done.returncode != 0 and "OpenFileLimitError" in done.stderr
     message = done.stderr.strip().splitlines()[-1]
     assert "--concurrency 1024" in message and "ulimit -n" in message and "1024" in message
+
+
+def test_a_probe_that_fails_unexpectedly_counts_as_no_answer_and_never_ends_the_run() -> None:
+    async def broken(url: str) -> str | None:
+        raise RuntimeError("boom")
+
+    async def scenario() -> None:
+        lines: list[str] = []
+        board = Breakers([MODEL], 60.0, probe=broken, probe_interval_s=3600, say=lines.append)
+        assert await board.is_down(MODEL) is True
+        assert "is down (probe failed: RuntimeError: boom)" in lines[0]
+        await board.aclose()
+
+    asyncio.run(scenario())
