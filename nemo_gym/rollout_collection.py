@@ -42,9 +42,11 @@ from nemo_gym.rollouts.collector import judge_rollout as _judge_rollout
 from nemo_gym.rollouts.collector import recorded_fingerprint as _recorded_fingerprint
 from nemo_gym.rollouts.config import DEFAULT_CONCURRENCY as _DEFAULT_CONCURRENCY
 from nemo_gym.rollouts.config import RolloutCollectionConfig
+from nemo_gym.rollouts.fd_limit import check_open_file_limit as _check_open_file_limit
 from nemo_gym.rollouts.materialize import MaterializeOptions as _MaterializeOptions
 from nemo_gym.rollouts.materialize import materialize as _materialize
 from nemo_gym.rollouts.materialize import rollout_key as _rollout_key
+from nemo_gym.rollouts.run import run_servers as _run_servers
 from nemo_gym.row_fields import FAILURE_CLASS_KEY as NG_FAILURE_CLASS_KEY
 from nemo_gym.row_fields import FAILURE_TERMINAL_KEY as NG_TERMINAL_KEY
 from nemo_gym.row_fields import NO_PERSIST_KEY as NG_NO_PERSIST_KEY
@@ -90,6 +92,7 @@ class RolloutCollectionHelper:
         each ``/run`` goes through ``setup_server_client().post``. Returns the scored rollouts, by task and rollout
         index."""
         global_config = get_global_config_dict()
+        _check_open_file_limit(config.num_samples_in_parallel, serving=False)
         output = Path(config.output_jsonl_fpath).expanduser().resolve()
         output.parent.mkdir(parents=True, exist_ok=True)
         if not config.input_jsonl_fpath:
@@ -108,6 +111,7 @@ class RolloutCollectionHelper:
         options = _CollectionOptions(
             output_path=output, concurrency=config.num_samples_in_parallel, resume=config.resume_from_cache,
             rollout_timeout_s=config.rollout_timeout_seconds, capture_dirs=_capture_dirs_from_config(global_config),
+            servers=_run_servers(global_config), server_down_deadline_s=config.server_down_deadline_seconds,
         )  # fmt: skip
         await _RolloutCollector(materialized, {}, options, send=send).run()
         results = sorted((row for _, row in _iter_jsonl(output)), key=_rollout_key) if output.exists() else []

@@ -13,6 +13,9 @@ Guarantees:
   differ from the run it continues; a (task, rollout) found twice in the output is kept once (the file rewritten
   atomically), so the metrics count it once. A fresh run replaces the output, failures and metrics files: whether
   it may is decided before, by ``rollouts/claim.py``;
+* a failure pointing at a server that cannot be reached is charged only if that server answers a probe; a server
+  found down pauses the run, and the rollouts it failed run again once it is back (``rollouts/breaker.py``), or the
+  run stops with :class:`~nemo_gym.rollouts.breaker.ServersDownError` and leaves them untried for ``--resume``;
 * an answer marked ``_ng_no_persist`` (an infrastructure failure such as a killed sandbox) is written nowhere, so
   resume runs it again without counting an attempt;
 * with ``capture_dirs`` (model-call capture on), each rollout gets its captured calls and ``ng_trajectory``.
@@ -21,6 +24,7 @@ Guarantees:
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
@@ -41,7 +45,8 @@ from nemo_gym.observability.trajectory import (
     merge_model_call_capture_into_record,
 )
 from nemo_gym.rollouts.aggregate import aggregate_metrics_path
-from nemo_gym.rollouts.config import DEFAULT_CONCURRENCY
+from nemo_gym.rollouts.breaker import Breakers, Server
+from nemo_gym.rollouts.config import DEFAULT_CONCURRENCY, DEFAULT_SERVER_DOWN_DEADLINE_S
 from nemo_gym.rollouts.materialize import (
     ATTEMPT_INDEX_KEY,
     ROLLOUT_INDEX_KEY,
@@ -98,6 +103,11 @@ class CollectionOptions:
     """A progress bar on stderr, only when stderr is a terminal (in a log its redraws are noise)."""
     capture_dirs: list[Path] = field(default_factory=list)
     """Where model servers capture model calls (``model_call_capture_dir`` when ``observability_enabled``)."""
+    servers: list[Server] = field(default_factory=list)
+    """The servers of the run, so a failure's server is named and probed by its config name (``rollouts/breaker.py``);
+    a server missing here is still probed, by the address its failure names."""
+    server_down_deadline_s: float = DEFAULT_SERVER_DOWN_DEADLINE_S
+    """How long a down server may stay down before the run stops (``--server-down-deadline``)."""
 
 
 @dataclass
@@ -208,9 +218,11 @@ class RolloutCollector:
         )  # fmt: skip
         self._output = JsonlWriter(self.options.output_path)
         self._failures = JsonlWriter(self.summary.failures_path)
+        self._breakers = Breakers(self.options.servers, self.options.server_down_deadline_s, say=self._say)
         try:
             await run_bounded(self._run_one, pending, self.options.concurrency)
         finally:
+            await self._breakers.aclose()
             self._output.close()
             self._failures.close()
             self._bar.close()
@@ -219,21 +231,23 @@ class RolloutCollector:
         return self.summary
 
     async def _run_one(self, row: dict[str, Any]) -> None:
+        """Run one row to its end: scored, or failed and charged. A failure of a server that turns out to be down is
+        not charged: the row waits (held by this worker) until the server is back and runs again."""
         agent = row[AGENT_REF_KEY]["name"]
         url = self.agent_urls.get(agent)
         if url is None and self._send is None:
             self._fail(row, RolloutFailure("unknown_agent", f"agent {agent!r} is not running"))
             return
-        if self.options.capture_dirs:
-            clear_model_call_captures([row], self.options.capture_dirs)
-        if self._send is not None:
-            result = await judge_rollout(self._send(agent, row))
-        else:
-            assert url is not None
-            result = await run_rollout(url, agent, row, self._transport)
-        if isinstance(result, RolloutFailure):
-            self._fail(row, result)
-            return
+        while True:
+            await self._breakers.wait_until_closed()
+            result = await self._attempt(agent, url, row)
+            if not isinstance(result, RolloutFailure):
+                break
+            server = self._breakers.server_of(result.server) if result.server else None
+            if server is None or not await self._breakers.is_down(server):
+                self._fail(row, result)
+                return
+        self._breakers.record_success()
         result[TASK_INDEX_KEY] = row[TASK_INDEX_KEY]
         result[ROLLOUT_INDEX_KEY] = row[ROLLOUT_INDEX_KEY]
         result[AGENT_REF_KEY] = row[AGENT_REF_KEY]
@@ -246,6 +260,19 @@ class RolloutCollector:
         sums[0] += float(result["reward"])
         sums[1] += 1
         self._advance()
+
+    async def _attempt(self, agent: str, url: str | None, row: dict[str, Any]) -> dict[str, Any] | RolloutFailure:
+        if self.options.capture_dirs:
+            clear_model_call_captures([row], self.options.capture_dirs)
+        if self._send is not None:
+            return await judge_rollout(self._send(agent, row))
+        assert url is not None
+        return await run_rollout(url, agent, row, self._transport)
+
+    def _say(self, line: str) -> None:
+        """One line for the user, on stderr, above the progress bar when there is one."""
+        tqdm.write(line, file=sys.stderr)
+        sys.stderr.flush()
 
     def _fail(self, row: dict[str, Any], failure: RolloutFailure) -> None:
         if failure.persist:
@@ -287,6 +314,10 @@ class RolloutFailure:
     answer: dict[str, Any] | None = None
     """The agent's own answer when it reported the failure itself (its ``error``, ``response``, ...), kept in the
     failure record as NeMo Gym keeps it."""
+    server: str = ""
+    """The server the failure points at, as the transport names it (``server 'policy_model' (127.0.0.1:8000)``), when
+    it could not be reached or did not answer in time: the agent itself, or the upstream hop of the agent's 502. The
+    collector's breakers (``rollouts/breaker.py``) ask that server before charging the rollout an attempt."""
 
     def answer_fields(self) -> dict[str, Any]:
         """The agent's answer without its routing flags (this failure's own ``terminal`` / ``persist`` say them)."""
@@ -345,11 +376,12 @@ async def judge_rollout(answer: Awaitable[tuple[int, bytes]]) -> dict[str, Any] 
     try:
         status, body = await answer
     except ServerTimeoutError as e:
-        return RolloutFailure("timeout", str(e))
+        return RolloutFailure("timeout", str(e), server=e.server)
     except TransportError as e:
-        return RolloutFailure("connection_error", str(e))
+        return RolloutFailure("connection_error", str(e), server=str(getattr(e, "server", "")))
     if status != 200:
-        return RolloutFailure(classify_http_failure(status, body), body[:2000].decode("utf-8", "replace"))
+        message = body[:2000].decode("utf-8", "replace")
+        return RolloutFailure(classify_http_failure(status, body), message, server=unreachable_upstream(status, body))
     try:
         result = orjson.loads(body)
     except orjson.JSONDecodeError:
@@ -383,6 +415,20 @@ def classify_http_failure(status: int, body: bytes) -> str:
         hop = "model" if path.startswith("/v1/") else path.strip("/").split("/")[-1] or "upstream"
         return f"{hop}_{'timeout' if detail.get('upstream_timeout') else 'failed'}"
     return "agent_error" if status >= 500 else f"http_{status}"
+
+
+def unreachable_upstream(status: int, body: bytes) -> str:
+    """The upstream server an agent's 502 names when it could not reach it or got no answer in time, else ""."""
+    if status != 502:
+        return ""
+    try:
+        detail = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return ""
+    if not isinstance(detail, dict) or not isinstance(detail.get("upstream_server"), str):
+        return ""
+    unanswered = detail.get("upstream_status") is None or detail.get("upstream_timeout")
+    return detail["upstream_server"] if unanswered else ""
 
 
 def compact_failures(output_path: Path) -> None:

@@ -13,6 +13,8 @@ from nemo_gym.config.command_config import BaseNeMoGymCLIConfig
 
 DEFAULT_CONCURRENCY = 256
 """Rollouts in flight at once when neither ``--concurrency`` nor ``num_samples_in_parallel`` says otherwise."""
+DEFAULT_SERVER_DOWN_DEADLINE_S = 60.0
+"""How long a run waits for a server that went down to come back before it stops (``--server-down-deadline``)."""
 DEFAULT_REVERIFY_CONCURRENCY = 64
 """Verifications in flight at once in ``gym eval reverify`` (its ``--concurrency``)."""
 
@@ -49,6 +51,10 @@ class RolloutCollectionConfig(BaseNeMoGymCLIConfig):
     disable_aggregation: bool = Field(default=False, description="Skip aggregate metrics (--disable-aggregation).")
     num_repeats_add_seed: bool = Field(default=False, description="Seed each repeat with its rollout index.")
     rollout_timeout_seconds: float = Field(default=3600.0, gt=0, description="Deadline of one rollout.")
+    server_down_deadline_seconds: float = Field(
+        default=DEFAULT_SERVER_DOWN_DEADLINE_S, gt=0,
+        description="How long to wait for a server that went down before stopping the run (--server-down-deadline).",
+    )  # fmt: skip
 
     @field_validator("num_repeats", mode="before")
     @classmethod

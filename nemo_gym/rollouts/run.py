@@ -15,6 +15,7 @@ from nemo_gym.errors import ConfigError
 from nemo_gym.jsonl import JsonlWriter, iter_jsonl
 from nemo_gym.observability.capture import capture_dirs_from_config
 from nemo_gym.rollouts.aggregate import aggregate_metrics_path, compute_metrics, rows_by_agent, write_metrics
+from nemo_gym.rollouts.breaker import Server
 from nemo_gym.rollouts.claim import claim_output
 from nemo_gym.rollouts.collector import CollectionOptions, CollectionSummary, RolloutCollector, recorded_fingerprint
 from nemo_gym.rollouts.config import RolloutCollectionConfig
@@ -37,11 +38,16 @@ def agent_names(config: ComposedConfig | DictConfig) -> list[str]:
 
 def agent_urls(config: ComposedConfig | DictConfig) -> dict[str, str]:
     """Base URL of every agent instance in a config whose ports are assigned."""
-    urls = {}
-    for instance in ComposedConfig.of(config).instances_of("responses_api_agents"):
+    return {server.name: server.url for server in run_servers(config) if server.kind == "responses_api_agents"}
+
+
+def run_servers(config: ComposedConfig | DictConfig) -> list[Server]:
+    """Every server instance of a config with its base URL: what the collector's breakers name and probe."""
+    servers = []
+    for instance in ComposedConfig.of(config).instances:
         inner = instance.get_inner_run_server_config()
-        urls[instance.name] = f"http://{inner.host}:{inner.port}"
-    return urls
+        servers.append(Server(instance.name, instance.SERVER_TYPE, f"http://{inner.host}:{inner.port}"))
+    return servers
 
 
 @dataclass
@@ -149,6 +155,8 @@ def run_collection(
     output = Path(settings.output_jsonl_fpath).expanduser().resolve()
     urls = agent_urls(composed)
     options = CollectionOptions(
+        servers=run_servers(composed),
+        server_down_deadline_s=settings.server_down_deadline_seconds,
         output_path=output,
         concurrency=settings.num_samples_in_parallel,
         resume=settings.resume_from_cache,

@@ -14,7 +14,11 @@ from nemo_gym.cli.flags import CONFIG_FLAGS, MODEL_FLAGS, Flag
 from nemo_gym.cli.output import GymConsole, console, err_console
 from nemo_gym.config.compose import ComposedConfig, ComposeOptions, compose
 from nemo_gym.config.server_models import BaseServerConfig
-from nemo_gym.rollouts.config import DEFAULT_CONCURRENCY, DEFAULT_REVERIFY_CONCURRENCY
+from nemo_gym.rollouts.config import (
+    DEFAULT_CONCURRENCY,
+    DEFAULT_REVERIFY_CONCURRENCY,
+    DEFAULT_SERVER_DOWN_DEADLINE_S,
+)
 
 EXIT_SOME_ROLLOUTS_FAILED = 3
 """Exit code of a run that finished but left failed rollouts (listed in the failures file; --resume retries them)."""
@@ -43,6 +47,9 @@ RUN_FLAGS = (
     Flag(("--max-output-tokens",), "output token limit for every row",
          field="responses_create_params.max_output_tokens", value_type=int, minimum=1),
     Flag(("--disable-aggregation",), "do not compute aggregate metrics", field="disable_aggregation", switch=True),
+    Flag(("--server-down-deadline",), "seconds to wait for a server that went down (rollouts paused, its failures "
+         f"not charged) before stopping the run; --resume continues it (default {DEFAULT_SERVER_DOWN_DEADLINE_S:g})",
+         field="server_down_deadline_seconds", metavar="SECONDS", value_type=float, minimum=0.001),
 )  # fmt: skip
 
 
@@ -50,6 +57,7 @@ def run(invocation: Invocation) -> int:
     from nemo_gym.jsonl import check_writable_output
     from nemo_gym.rollouts.claim import claim_output
     from nemo_gym.rollouts.config import RolloutCollectionConfig
+    from nemo_gym.rollouts.fd_limit import check_open_file_limit
     from nemo_gym.rollouts.run import RunResult, prepare_inputs, run_collection
 
     stderr = err_console
@@ -57,6 +65,7 @@ def run(invocation: Invocation) -> int:
         composed = compose(ComposeOptions(overrides=invocation.overrides, dummy_model=True))
         settings = invocation.settings(RolloutCollectionConfig, composed.config)
         check_writable_output(settings.output_jsonl_fpath)
+        check_open_file_limit(settings.num_samples_in_parallel, serving=False)
 
         def collect() -> RunResult:
             with claim_output(settings):  # held until the metrics are written: one writer per output
@@ -72,6 +81,7 @@ def run(invocation: Invocation) -> int:
     )
     settings = invocation.settings(RolloutCollectionConfig, composed.config)
     check_writable_output(settings.output_jsonl_fpath)
+    check_open_file_limit(settings.num_samples_in_parallel, serving=True)  # the servers inherit the limit
 
     def start_and_collect() -> RunResult:
         with claim_output(settings):  # held until the metrics are written: one writer per output
