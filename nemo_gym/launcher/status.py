@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from nemo_gym.errors import NeMoGymError
+from nemo_gym.errors import ConfigError, NeMoGymError
 from nemo_gym.transport import access, http_client
 from nemo_gym.transport.http_client import TransportConfig, TransportError, response_json
 
@@ -23,8 +23,8 @@ async def _fetch(host: str, port: int, timeout_s: float) -> list[dict[str, Any]]
     access.register(token, [f"http://{url_host}:{port}"])
     try:
         response = await http_client.request("GET", f"http://{url_host}:{port}/server_instances", config=config)
-        if response.status == 401:
-            raise HeadServerUnreachable(
+        if response.status == 401:  # it is there: not "no servers running", but a token to find
+            raise ConfigError(
                 f"the head server at {host}:{port} wants the run's token ({'a wrong one was sent' if token else 'none found'}): "
                 f"run as the user who started it, or set {access.TOKEN_ENV_VAR}"
             )
