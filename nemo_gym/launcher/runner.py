@@ -7,7 +7,8 @@ time, close the launcher's copies of those sockets, then wait until every server
 
 Secrets (:mod:`nemo_gym.config.secrets`) stay in two places only: the children's config file, which :meth:`Launcher.stop`
 deletes (normal exit, Ctrl-C, SIGTERM, a failed start: every path ends there), and the children's memory. The head
-server serves the masked config, and every line written to a server's log (or echoed) is masked too.
+server serves the masked config, and every line written to a server's log (or echoed) is masked too. The run's token
+(:mod:`nemo_gym.transport.access`) lives in the children's config file and a 0600 token file, both removed at stop.
 
 A child is started as ``<venv python> <entrypoint>`` in its implementation directory with ``NEMO_GYM_CONFIG_FILE``
 (path of the config file), ``NEMO_GYM_CONFIG_PATH`` (its instance name), ``NEMO_GYM_LISTEN_FD`` (the inherited
