@@ -30,6 +30,7 @@ import json
 import mmap
 import os
 import secrets
+import stat
 import tempfile
 from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
 from pathlib import Path
@@ -146,8 +147,11 @@ def _user_dir() -> str:
 def write_token_file(path: Path, token: str) -> None:
     """The token, readable by this user only, in a directory only this user may enter."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    if hasattr(os, "getuid") and path.parent.stat().st_uid != os.getuid():
-        raise ConfigError(f"{path.parent} belongs to another user; set {TOKEN_DIR_ENV_VAR} to a directory of yours")
+    found = path.parent.lstat()  # not a link someone else planted in a shared temporary directory
+    if not stat.S_ISDIR(found.st_mode) or (hasattr(os, "getuid") and found.st_uid != os.getuid()):
+        raise ConfigError(
+            f"{path.parent} is not a directory of yours; set {TOKEN_DIR_ENV_VAR} to one for the run's token file"
+        )
     path.parent.chmod(0o700)
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
