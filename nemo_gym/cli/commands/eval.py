@@ -141,6 +141,7 @@ PROFILE_FLAGS = (
 
 REVERIFY_FLAGS = (
     Flag(("--no-serve",), "use servers already started with `gym env start` instead of starting them", switch=True),
+    AUTH_FLAG,
     Flag(("--rollouts",), "stored rollouts to re-score", field="rollouts_jsonl_fpath", metavar="PATH"),
     Flag(("--inputs",), "the run's materialized inputs (default: <rollouts stem>_materialized_inputs.jsonl)",
          field="materialized_inputs_jsonl_fpath", metavar="PATH"),
