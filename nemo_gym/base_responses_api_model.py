@@ -6,6 +6,8 @@ request is a 422 naming the bad field rather than an error deep in the backend.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from fastapi import Body, FastAPI
 
 from nemo_gym.config.server_models import BaseRunServerInstanceConfig
@@ -58,6 +60,8 @@ class BaseResponsesAPIModelConfig(BaseRunServerInstanceConfig):
 
 class SimpleResponsesAPIModel(SimpleServer):
     config: BaseResponsesAPIModelConfig
+
+    accepts_bearer_token: ClassVar[bool] = True  # openai.OpenAI(base_url=<this server>/v1, api_key=<run token>)
 
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()

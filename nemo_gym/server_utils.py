@@ -17,11 +17,13 @@ import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import orjson
 import uvicorn
 from fastapi import FastAPI, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from omegaconf import DictConfig, OmegaConf
 from pydantic import BaseModel, ConfigDict
@@ -39,7 +41,7 @@ from nemo_gym.global_config import (
     maybe_get_global_config_dict,
 )
 from nemo_gym.observability.correlation import apply_rollout_prefix, rollout_path_prefix
-from nemo_gym.transport import runtime
+from nemo_gym.transport import access, runtime
 from nemo_gym.transport.admission import in_admitted_request
 from nemo_gym.transport.types import ServerTimeoutError, TransportError
 
@@ -169,6 +171,10 @@ class ServerClient(BaseModel):
     head_server_config: BaseServerConfig
     global_config_dict: DictConfig
 
+    def model_post_init(self, context: Any) -> None:
+        # A config with the run's token (a server's own, the launcher's): every server it names gets the token.
+        _register_run_token(self.global_config_dict)
+
     @classmethod
     def load_from_global_config(cls, head_server_config: BaseServerConfig | None = None) -> ServerClient:
         """A client for the servers this process knows of.
@@ -235,7 +241,7 @@ class ServerClient(BaseModel):
         else:
             url = self._build_server_base_url(get_first_server_config_dict(self.global_config_dict, server_name))
         try:
-            with urllib.request.urlopen(url, timeout=_POLL_TIMEOUT_S):
+            with urllib.request.urlopen(_with_token(url), timeout=_POLL_TIMEOUT_S):
                 return "success"
         except urllib.error.HTTPError:
             return "success"  # it answered
@@ -262,10 +268,22 @@ class ServerClient(BaseModel):
 
 
 def fetch_config_from_head_server(head: BaseServerConfig, timeout_s: float = 10.0) -> DictConfig:
-    url = f"http://{head.host}:{head.port}/global_config_dict_yaml"
+    """The head server's (masked) config. Its token comes from ``NEMO_GYM_RUN_TOKEN`` or the run's token file, and
+    is then sent to every server that config names."""
+    head_url = f"http://{head.host}:{head.port}"
+    token = access.registered_token(head_url) or access.read_token_file(head.host, head.port)
+    access.register(token, [head_url])
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+        with urllib.request.urlopen(_with_token(f"{head_url}/global_config_dict_yaml"), timeout=timeout_s) as response:
             body = json.loads(response.read())
+    except urllib.error.HTTPError as e:
+        if e.code != 401:
+            raise ConfigError(f"the head server at {head.host}:{head.port} answered HTTP {e.code}") from e
+        where = access.token_file(head.host, head.port)
+        raise ConfigError(
+            f"the head server at {head.host}:{head.port} wants the run's token ({'a wrong one was sent' if token else 'none found'}). "
+            f"Run as the user who started it (the token is in {where}), or set {access.TOKEN_ENV_VAR}"
+        ) from e
     except (urllib.error.URLError, OSError) as e:
         raise ConfigError(
             f"cannot reach the head server at {head.host}:{head.port} ({e}). Start the servers with `gym env start`, "
@@ -274,7 +292,33 @@ def fetch_config_from_head_server(head: BaseServerConfig, timeout_s: float = 10.
     config = OmegaConf.create(body if isinstance(body, str) else json.dumps(body))
     if not isinstance(config, DictConfig):
         raise ConfigError(f"the head server at {head.host}:{head.port} sent a config that is not a mapping")
+    _register_run_token(config, token)
     return config
+
+
+def _register_run_token(config: DictConfig, token: str | None = None) -> None:
+    """Send the run's token (``token``, else the config's own ``run_token``) to every server instance of ``config``
+    and its head server, and to nothing else."""
+    token = token or config.get(access.RUN_TOKEN_KEY)
+    if not token:
+        return
+    urls = []
+    for block in config.values():
+        server_type = next((t for t in SERVER_TYPES if isinstance(block, DictConfig) and t in block), None)
+        if server_type is None or not isinstance(block[server_type], DictConfig) or not block[server_type]:
+            continue
+        inner = next(iter(block[server_type].values()))
+        if isinstance(inner, DictConfig) and inner.get("host") and inner.get("port"):
+            urls.append(f"http://{inner['host']}:{inner['port']}")
+    head = config.get("head_server")
+    if isinstance(head, DictConfig) and head.get("port"):
+        urls.append(f"http://{head.get('host') or DEFAULT_HOST}:{head['port']}")
+    access.register(str(token), urls)
+
+
+def _with_token(url: str) -> urllib.request.Request | str:
+    token = access.registered_token(url)
+    return urllib.request.Request(url, headers={access.TOKEN_HEADER: token}) if token else url
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -347,6 +391,9 @@ class SimpleServer(BaseServer):
 
     server_client: ServerClient
 
+    accepts_bearer_token: ClassVar[bool] = False
+    """Whether ``Authorization: Bearer <run token>`` also lets a caller in (model servers: the ``openai`` SDK)."""
+
     def setup_webserver(self) -> FastAPI:
         """Build the app. Subclasses call ``super().setup_webserver()`` and add their routes."""
         return self.create_app()
@@ -377,12 +424,36 @@ class SimpleServer(BaseServer):
         @app.exception_handler(Exception)
         async def _unexpected(request: Request, error: Exception) -> JSONResponse:
             logger.exception("%s %s failed", server_name, request.url.path)
+            message = access.short_echo(f"{type(error).__name__}: {error}")
             return JSONResponse(
-                status_code=500,
-                content={"error": f"{type(error).__name__}: {error}", "server": server_name, "path": request.url.path},
+                status_code=500, content={"error": message, "server": server_name, "path": request.url.path}
             )
 
+        @app.exception_handler(RequestValidationError)
+        async def _invalid_body(request: Request, error: RequestValidationError) -> JSONResponse:
+            # FastAPI's own handler echoes each bad value whole: a 15 MB body would come back as a 15 MB error.
+            details = [
+                {**item, "input": access.short_echo(item.get("input"))} if "input" in item else item
+                for item in error.errors()
+            ]
+            return JSONResponse(status_code=422, content={"detail": jsonable_encoder(details)})
+
         return app
+
+    def guarded(self, app: Any) -> access.AccessMiddleware:
+        """``app`` behind the run token, the body limit and JSON-only bodies (:mod:`nemo_gym.transport.access`).
+
+        Applied by :meth:`run_webserver` outside everything else (admission included), so a refused request costs
+        one header scan. An app built in a test (``TestClient(server.setup_webserver())``) has no run: no guard.
+        """
+        config = self.server_client.global_config_dict
+        token = config.get(access.RUN_TOKEN_KEY)
+        return access.AccessMiddleware(
+            app,
+            token=str(token) if token else None,
+            max_body=access.max_body_bytes(config),
+            accept_bearer=self.accepts_bearer_token,
+        )
 
     def setup_session_middleware(self, app: FastAPI) -> None:
         if not getattr(app.state, "has_session_middleware", False):
@@ -418,6 +489,8 @@ class SimpleServer(BaseServer):
         config = cls.load_config(name, global_config)
         server = cls(config=config, server_client=ServerClient.load_from_global_config())
         app = server.setup_webserver()
+        if not global_config.get(access.RUN_TOKEN_KEY):
+            logger.warning("%s: no run token in its config (auth: false, or started by hand): it answers anyone", name)
         if global_config.get("dry_run"):
             return
         raise_open_file_limit()
@@ -425,7 +498,7 @@ class SimpleServer(BaseServer):
         runtime.tune_garbage_collector()
         max_active = runtime.max_active_requests(global_config, config)
         uvicorn_server = uvicorn.Server(
-            runtime.uvicorn_config(app, config.host, config.port or 0, global_config, max_active)
+            runtime.uvicorn_config(app, config.host, config.port or 0, global_config, max_active, outer=server.guarded)
         )
         fd = os.environ.get(LISTEN_FD_ENV_VAR)
         if not fd:

@@ -223,6 +223,7 @@ def scripted_rollout(
     from nemo_gym import INSTALL_DIR
     from nemo_gym.config import ports
     from nemo_gym.launcher import running_servers
+    from nemo_gym.transport import access
 
     workdir = Path(workdir)
     script_path = workdir / "script.yaml"
@@ -241,7 +242,10 @@ def scripted_rollout(
     with _isolated_config_environment():
         try:
             with running_servers(overrides) as run:
-                answer = httpx.post(f"{run.urls[agent_name]}/run", json=row, timeout=timeout_s)
+                url = run.urls[agent_name]
+                token = access.registered_token(url)  # the run's own token: its servers want it
+                headers = {access.TOKEN_HEADER: token} if token else {}
+                answer = httpx.post(f"{url}/run", json=row, headers=headers, timeout=timeout_s)
         finally:
             ports.release_all()
     if answer.status_code != 200:

@@ -11,7 +11,14 @@ from typing import Any
 
 import uvicorn
 
-from nemo_gym.transport import runtime
+from nemo_gym.transport import access, runtime
+
+
+def run_headers(url: str, head_port: int | None = None) -> dict[str, str]:
+    """The run-token header a server of a run wants: of a run this process started (its launcher registered the
+    token), or of the ``gym env start`` whose head server listens on ``head_port`` (the token file it wrote)."""
+    token = access.registered_token(url) or (access.read_token_file("127.0.0.1", head_port) if head_port else None)
+    return {access.TOKEN_HEADER: token} if token else {}
 
 
 def write(path: Path, text: str) -> Path:

@@ -42,6 +42,8 @@ class Flag:
     config_path: bool = False
     """The value is a config path (``--config``)."""
     switch: bool = False
+    switch_value: str = "true"
+    """What a switch with ``override_key`` sets (``--no-auth`` sets ``auth`` to false)."""
     repeatable: bool = False
     metavar: str | None = None
     value_type: type = str
@@ -102,6 +104,15 @@ MODEL_FLAGS = (
     Flag(("--model-api-key",), "policy model API key (policy_api_key)", override_key="policy_api_key"),
 )
 
+AUTH_FLAG = Flag(
+    ("--no-auth",),
+    "servers and the head server take requests without the run's token (for servers behind your own gateway; "
+    "default: every request needs the token this run makes)",
+    override_key="auth",
+    switch=True,
+    switch_value="false",
+)
+
 JSON_FLAG = Flag(("--json",), "print JSON instead of a table", switch=True)
 
 
@@ -127,7 +138,11 @@ def flags_to_overrides(args: argparse.Namespace, flags: tuple[Flag, ...], passth
         elif flag.selector is not None:
             selected.extend(str(resolve_selector(flag.selector, v)) for v in values)
         elif flag.override_key is not None:
-            tokens.append(f"+{flag.override_key}=true" if flag.switch else f"+{flag.override_key}={quote(values[-1])}")
+            tokens.append(
+                f"+{flag.override_key}={flag.switch_value}"
+                if flag.switch
+                else f"+{flag.override_key}={quote(values[-1])}"
+            )
     config_paths = selected + given
     remaining = []
     for token in passthrough:

@@ -26,7 +26,7 @@ RESERVED_TOP_LEVEL_KEYS = frozenset(
         "results_dir", "cache_dir", "_inherit_from", "_copy", "nemo_gym_log_dir", "verbose", "json", "query",
         "observability_enabled", "model_call_capture_dir", "token_id_capture", "component_name",
         "skip_verification", "skip_verification_reward", "error_on_almost_servers", "shared_venv",
-        "server_startup_timeout_seconds",
+        "server_startup_timeout_seconds", "auth", "run_token", "server_max_body_bytes",
     }
 )  # fmt: skip
 """Top-level keys that are settings of the framework itself, never server instances."""

@@ -84,6 +84,8 @@ class _Settings(BaseModel):
     global_aiohttp_connector_limit: int | None = Field(default=None, ge=1)
     global_aiohttp_connector_limit_per_host: int | None = Field(default=None, ge=1)
     server_max_active_requests: int | None = Field(default=None, ge=0)
+    auth: bool | None = None
+    server_max_body_bytes: int | None = Field(default=None, ge=0)
 
 
 class SourceLocator:

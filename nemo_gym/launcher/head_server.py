@@ -1,8 +1,8 @@
 """The head server: service discovery for a running set of servers, served from a thread of the launcher.
 
 Clients only need its address (``head_server.host:port``, default ``127.0.0.1:11000``) to learn the whole topology.
-Unlike the reference design it never serves secrets: anyone who can reach the port may ask, with no authentication,
-so ``/global_config_dict_yaml`` is masked (the rule: :mod:`nemo_gym.config.secrets`). That is all its clients need:
+Unlike the reference design it never serves secrets: every route wants the run's token (unless the run was started with
+``auth: false``, when anyone who can reach the port may ask), and ``/global_config_dict_yaml`` is masked all the same (the rule: :mod:`nemo_gym.config.secrets`). That is all its clients need:
 ``gym eval run --no-serve``, ``gym env status`` and ``ServerClient.load_from_global_config`` in a trainer read
 instance names, hosts and ports, which are never masked. Servers started by the launcher never ask it for their
 config: they read the real one, secrets included, from the file the launcher hands them (``NEMO_GYM_CONFIG_FILE``).
@@ -23,14 +23,21 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from nemo_gym.errors import ConfigError
+from nemo_gym.transport.access import AccessMiddleware
+
+_HEAD_MAX_BODY = 64 * 1024
+"""Its routes take no body at all."""
 
 __all__ = ["HeadServer", "bind_head_socket", "build_head_app"]
 
 
-def build_head_app(masked_config_yaml: str, server_instances: Callable[[], list[dict[str, Any]]]) -> Starlette:
+def build_head_app(
+    masked_config_yaml: str, server_instances: Callable[[], list[dict[str, Any]]], token: str | None = None
+) -> AccessMiddleware:
     """The head server's routes; ``server_instances`` is called per request so pids and start times are live.
 
     Plain Starlette: three GET routes need no request validation, and FastAPI would add ~11 MB to the launcher.
+    With a run ``token``, every route wants it (:mod:`nemo_gym.transport.access`): the topology is no one else's.
     """
 
     async def health(request: Request) -> JSONResponse:
@@ -42,13 +49,14 @@ def build_head_app(masked_config_yaml: str, server_instances: Callable[[], list[
     async def list_server_instances(request: Request) -> JSONResponse:
         return JSONResponse(server_instances())
 
-    return Starlette(
+    app = Starlette(
         routes=[
             Route("/", health, methods=["GET"]),
             Route("/global_config_dict_yaml", global_config_dict_yaml, methods=["GET"]),
             Route("/server_instances", list_server_instances, methods=["GET"]),
         ]
     )
+    return AccessMiddleware(app, token=token, max_body=_HEAD_MAX_BODY)
 
 
 def bind_head_socket(host: str, port: int) -> socket.socket:
@@ -70,7 +78,7 @@ def bind_head_socket(host: str, port: int) -> socket.socket:
 class HeadServer:
     """uvicorn on an already bound socket, in a daemon thread; ``stop()`` shuts it down and joins the thread."""
 
-    def __init__(self, app: Starlette, sock: socket.socket) -> None:
+    def __init__(self, app: Any, sock: socket.socket) -> None:
         self.sock = sock
         self.host, self.port = sock.getsockname()[:2]
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=2)

@@ -7,7 +7,8 @@ time, close the launcher's copies of those sockets, then wait until every server
 
 Secrets (:mod:`nemo_gym.config.secrets`) stay in two places only: the children's config file, which :meth:`Launcher.stop`
 deletes (normal exit, Ctrl-C, SIGTERM, a failed start: every path ends there), and the children's memory. The head
-server serves the masked config, and every line written to a server's log (or echoed) is masked too.
+server serves the masked config, and every line written to a server's log (or echoed) is masked too. The run's token
+(:mod:`nemo_gym.transport.access`) lives in the children's config file and a 0600 token file, both removed at stop.
 
 A child is started as ``<venv python> <entrypoint>`` in its implementation directory with ``NEMO_GYM_CONFIG_FILE``
 (path of the config file), ``NEMO_GYM_CONFIG_PATH`` (its instance name), ``NEMO_GYM_LISTEN_FD`` (the inherited
@@ -52,7 +53,7 @@ from nemo_gym.launcher.head_server import HeadServer, bind_head_socket, build_he
 from nemo_gym.launcher.processes import LogSink, exit_code, read_lines_into, spawn, stop_process_groups
 from nemo_gym.launcher.reaper import CONFIG_FILE, Reaper, remove_run_files, sweep_dead_runs, write_owner
 from nemo_gym.launcher.venvs import BuildContext, VenvSpec, build_venv, shared_venv_enabled, venv_spec
-from nemo_gym.transport import http_client
+from nemo_gym.transport import access, http_client
 from nemo_gym.transport.http_client import TransportConfig, TransportError
 
 DEFAULT_STARTUP_TIMEOUT_S = 900.0
@@ -138,7 +139,12 @@ class Launcher:
         self._data = plain_dict(composed.config)
         self._instances = list(composed.instances)
         self._secrets = composed.secrets
-        self._mask_log_line = functools.partial(mask_text, secrets=secret_values(self._data, composed.secrets))
+        self._data.pop(access.RUN_TOKEN_KEY, None)  # only the launcher makes one
+        # The run's token (transport/access.py): in the children's config file and the token file, nowhere else.
+        self._token = access.new_token() if self._data.get(access.AUTH_KEY) is not False else None
+        self._token_path: Path | None = None
+        known = [*composed.secrets, *([self._token] if self._token else [])]
+        self._mask_log_line = functools.partial(mask_text, secrets=secret_values(self._data, known))
         self.echo = echo
         timeout = startup_timeout_s
         if timeout is None:
@@ -195,6 +201,8 @@ class Launcher:
             pid = s.popen.pid if s.popen else "-"
             lines.append(f"  {s.name:<{width}}  {s.url:<24} {s.label}  (pid {pid}, log {s.sink.path})")
         lines.append(f"Head server: {self.head_url}   config: {self.config_path}")
+        if self._token_path is not None:
+            lines.append(f"Run token (every request needs it; this user's clients read it): {self._token_path}")
         lines.append("Press Ctrl-C to stop.")
         return "\n".join(lines)
 
@@ -273,6 +281,9 @@ class Launcher:
             server.sink.close()
         if self.head is not None:
             self.head.stop()
+            access.forget([*self.urls.values(), self.head.url])
+        if self._token_path is not None and self._token is not None:
+            access.remove_token_file(self._token_path, self._token)
         if self._reaper is not None:
             self._reaper.release()
         if self.config_path is not None:
@@ -317,8 +328,14 @@ class Launcher:
         sock = bind_head_socket(host, int(head.get("port", 11000)))
         head["host"], head["port"] = host, sock.getsockname()[1]  # port 0 = any free port (tests)
         self.config_path = self._write_config()
-        app = build_head_app(masked_config_yaml(self.config, self._secrets), self.server_instances)
+        if self._token is not None:
+            self._token_path = access.token_file(host, head["port"])
+            access.write_token_file(self._token_path, self._token)
+        app = build_head_app(masked_config_yaml(self.config, self._secrets), self.server_instances, self._token)
         self.head = HeadServer(app, sock)
+        access.register(
+            self._token, [*self.urls.values(), self.head.url]
+        )  # this process's own calls: probes, collector
         self.head.start()
 
     def _write_config(self) -> Path:
@@ -341,8 +358,9 @@ class Launcher:
         write_owner(run_dir)
         path = run_dir / CONFIG_FILE
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        token = {access.RUN_TOKEN_KEY: self._token} if self._token else {}
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(OmegaConf.to_yaml(self.config))
+            f.write(OmegaConf.to_yaml(OmegaConf.create({**self._data, **token})))
         return path
 
     def _prepare_interpreters(self, deadline: float) -> None:

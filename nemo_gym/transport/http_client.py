@@ -32,6 +32,7 @@ import orjson
 from pydantic import BaseModel
 from yarl import URL
 
+from nemo_gym.transport import access
 from nemo_gym.transport.admission import NESTED_HEADER, HostGate, QueueTimeout, origin_of
 from nemo_gym.transport.types import (
     ServerRequestError,
@@ -415,11 +416,13 @@ async def request(
         raise ValueError("pass either json= or data=, not both")
     cfg = config if config is not None else get_default_config()
     body = dumps(json) if json is not None else data
-    request_headers = _build_headers(headers, cookies, json is not None, nested)
+    origin = origin_of(url)
+    # A server of this run gets the run's token; any other destination never does (see transport/access.py).
+    request_headers = access.headers_for(origin, _build_headers(headers, cookies, json is not None, nested))
     max_attempts = 1 if retry is False else cfg.max_attempts
     loop = asyncio.get_running_loop()
     session = _session_for(loop)
-    limiter = _gates[loop].limiter(origin_of(url))
+    limiter = _gates[loop].limiter(origin)
     deadline = loop.time() + cfg.total_timeout_s
     timeout = _client_timeout(cfg.total_timeout_s, cfg.connect_timeout_s)
 

@@ -19,6 +19,8 @@ from typing import Any, Final
 import aiohttp
 from yarl import URL
 
+from nemo_gym.transport import access
+from nemo_gym.transport.admission import origin_of
 from nemo_gym.transport.http_client import (
     _backoff_s,
     _final_error,
@@ -46,6 +48,7 @@ async def request(method: str, url: str | URL, _internal: bool = False, **kwargs
         if not any(key.lower() == "content-type" for key in headers):
             headers["Content-Type"] = "application/json"
         kwargs["headers"] = headers
+    kwargs["headers"] = access.headers_for(origin_of(url), kwargs.get("headers"))  # our own servers only
     cfg = get_default_config()
     session = get_session()
     attempt = 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import importlib.util
 import socket
+from collections.abc import Callable
 from typing import Any
 
 import uvicorn
@@ -140,10 +141,19 @@ def tune_garbage_collector(gen0_threshold: int = GC_GEN0_THRESHOLD) -> None:
     gc.set_threshold(gen0_threshold, gen1, gen2)
 
 
-def uvicorn_config(app: Any, host: str, port: int, global_config: Any, max_active: int | None = None) -> uvicorn.Config:
-    """uvicorn settings shared by every server; ``max_active`` bounds the outside requests handled at once."""
+def uvicorn_config(
+    app: Any,
+    host: str,
+    port: int,
+    global_config: Any,
+    max_active: int | None = None,
+    outer: Callable[[Any], Any] | None = None,
+) -> uvicorn.Config:
+    """uvicorn settings shared by every server; ``max_active`` bounds the outside requests handled at once, and
+    ``outer`` wraps the whole (the access checks, so a refused request never waits for admission)."""
+    app = AdmissionMiddleware(app, max_active) if max_active else app
     return uvicorn.Config(
-        AdmissionMiddleware(app, max_active) if max_active else app,
+        outer(app) if outer is not None else app,
         loop=event_loop_choice(global_config),
         http=http_protocol(),
         host=host,

@@ -21,7 +21,8 @@ import pytest
 
 from nemo_gym import PARENT_DIR
 from nemo_gym.launcher import running_servers
-from tests.helpers import write
+from nemo_gym.transport import access
+from tests.helpers import run_headers, write
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -77,7 +78,9 @@ def test_scripted_rollout_reaches_the_expected_reward(workdir, resources_server)
     script = script_config(workdir, SCRIPTS[resources_server])
     with running_servers(overrides(workdir, resources_server, "scripted_model", script)) as run:
         agent_url = run.urls[f"{resources_server}_simple_agent"]
-        answer = httpx.post(f"{agent_url}/run", json=first_row(resources_server), timeout=60)
+        answer = httpx.post(
+            f"{agent_url}/run", json=first_row(resources_server), headers=run_headers(agent_url), timeout=60
+        )
     assert answer.status_code == 200, answer.text
     row = answer.json()
     types = [item["type"] for item in row["response"]["output"]]
@@ -100,7 +103,9 @@ def test_gym_env_start_cli_serves_a_rollout_and_stops_on_sigterm(workdir):
     try:
         instances = _wait_for_instances(head_port, launcher)
         agent = next(i for i in instances if i["name"] == f"{resources_server}_simple_agent")
-        answer = httpx.post(f"{agent['url']}/run", json=first_row(resources_server), timeout=60)
+        answer = httpx.post(
+            f"{agent['url']}/run", json=first_row(resources_server), headers=run_headers("", head_port), timeout=60
+        )
         assert answer.status_code == 200 and answer.json()["reward"] == 1.0
         children = [i["pid"] for i in instances]
         assert all(psutil.pid_exists(pid) for pid in children)
@@ -126,7 +131,8 @@ def _wait_for_instances(head_port: int, launcher: subprocess.Popen) -> list[dict
     while time.monotonic() < deadline:
         assert launcher.poll() is None, launcher.stdout.read()
         try:
-            instances = httpx.get(f"http://127.0.0.1:{head_port}/server_instances", timeout=2).json()
+            head = f"http://127.0.0.1:{head_port}"
+            instances = httpx.get(f"{head}/server_instances", headers=run_headers(head, head_port), timeout=2).json()
             if instances and all(i.get("ready") for i in instances):
                 return instances
         except httpx.HTTPError:
@@ -148,7 +154,8 @@ def test_embedded_model_rollout_is_well_formed(workdir):
         assert list(run.config.policy_model.responses_api_models) == ["llamacpp_model"]
         row = first_row(resources_server)
         row["responses_create_params"]["max_output_tokens"] = 64
-        answer = httpx.post(f"{run.urls[f'{resources_server}_simple_agent']}/run", json=row, timeout=240)
+        agent_url = run.urls[f"{resources_server}_simple_agent"]
+        answer = httpx.post(f"{agent_url}/run", json=row, headers=run_headers(agent_url), timeout=240)
         assert answer.status_code == 200, answer.text
         rollout = answer.json()
         assert rollout["reward"] in (0.0, 1.0)
@@ -158,7 +165,8 @@ def test_embedded_model_rollout_is_well_formed(workdir):
 
         import openai
 
-        model = openai.OpenAI(base_url=f"{run.urls['policy_model']}/v1", api_key="unused", max_retries=0)
+        token = access.registered_token(run.urls["policy_model"])  # the run's token is the SDK's api_key
+        model = openai.OpenAI(base_url=f"{run.urls['policy_model']}/v1", api_key=token, max_retries=0)
         weather = json.loads(json.dumps(row["responses_create_params"]["tools"][0]))
         response = model.responses.create(
             model="smollm2", input="What is the weather in Paris?", tools=[weather], max_output_tokens=48,

@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from nemo_gym import PARENT_DIR
+from tests.helpers import run_headers
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -105,7 +106,10 @@ def test_env_start_and_status_print_whole_urls_and_paths(deep_dir: Path) -> None
         drain.start()  # keep reading, so the launcher never blocks on a full pipe
         head = re.search(r"Head server: http://127\.0\.0\.1:(\d+)", "\n".join(start_lines))
         assert head, "\n".join(start_lines)
-        instances = httpx.get(f"http://127.0.0.1:{head.group(1)}/server_instances", timeout=10).json()
+        head_url = f"http://127.0.0.1:{head.group(1)}"
+        instances = httpx.get(
+            f"{head_url}/server_instances", headers=run_headers(head_url, int(head.group(1))), timeout=10
+        ).json()
         assert len(instances) == 3
 
         code, out, err = gym("env", "status", f"+head_server.port={head.group(1)}", cwd=deep_dir)

@@ -22,7 +22,7 @@ import orjson
 import pytest
 
 from nemo_gym import PARENT_DIR
-from tests.helpers import write
+from tests.helpers import run_headers, write
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -127,7 +127,8 @@ def test_env_start_serves_and_prints_no_secret_and_leaves_none(run_dir: Path) ->
         drain = threading.Thread(target=lambda: lines.extend(launcher.stdout or ()), daemon=True)
         drain.start()  # keep reading, so the launcher never blocks on a full pipe
 
-        served = {route: httpx.get(head.group(1) + route, timeout=HANG_GUARD_S).text
+        token = run_headers(head.group(1), int(head.group(2)))
+        served = {route: httpx.get(head.group(1) + route, headers=token, timeout=HANG_GUARD_S).text
                   for route in ("/", "/global_config_dict_yaml", "/server_instances")}  # fmt: skip
         for route, body in served.items():
             assert_no_secret(body, f"the head server's {route}")

@@ -11,6 +11,7 @@ import stat
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ import yaml
 from nemo_gym.cli.main import main
 from nemo_gym.errors import ConfigError, NeMoGymError
 from nemo_gym.launcher import ServerLaunchError, running_servers
-from tests.helpers import write
+from tests.helpers import run_headers, write
 from tests.launcher.conftest import base_overrides, server_block
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -33,7 +34,8 @@ machine is busy (every wait returns as soon as its condition holds)."""
 
 
 def get_json(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=HANG_GUARD_S) as response:
+    request = urllib.request.Request(url, headers=run_headers(url, urllib.parse.urlsplit(url).port))
+    with urllib.request.urlopen(request, timeout=HANG_GUARD_S) as response:
         return json.loads(response.read())
 
 

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from nemo_gym.launcher import ServerLaunchError, running_servers
-from tests.helpers import write
+from tests.helpers import run_headers, write
 from tests.launcher.conftest import base_overrides
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -59,7 +59,7 @@ uvicorn.run(app, fd=int(os.environ["NEMO_GYM_LISTEN_FD"]), log_level="warning")
 
 
 def get(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=60) as response:
+    with urllib.request.urlopen(urllib.request.Request(url, headers=run_headers(url)), timeout=60) as response:
         return json.loads(response.read())
 
 

@@ -30,7 +30,7 @@ from nemo_gym.launcher.venvs import (
     shared_venv_enabled,
     venv_spec,
 )
-from tests.helpers import write
+from tests.helpers import run_headers, write
 from tests.launcher.conftest import base_overrides, make_server, server_block
 
 PY = platform.python_version()
@@ -180,7 +180,9 @@ def test_failed_build_names_the_server_and_is_not_reused(server_root: Path) -> N
 
 
 def get_json(url: str) -> dict:
-    with urllib.request.urlopen(url, timeout=HANG_GUARD_S) as response:
+    with urllib.request.urlopen(
+        urllib.request.Request(url, headers=run_headers(url)), timeout=HANG_GUARD_S
+    ) as response:
         return json.loads(response.read())
 
 

@@ -52,6 +52,7 @@ from stack_probe import (  # noqa: E402
 )
 
 from nemo_gym.launcher import running_servers  # noqa: E402
+from nemo_gym.transport import access  # noqa: E402
 
 ENVIRONMENT = "example_single_tool_call"
 AGENT = f"{ENVIRONMENT}_simple_agent"
@@ -152,7 +153,9 @@ class RawClient:
 
     async def post(self, url: str, row: dict[str, Any]) -> tuple[int, bytes]:
         data = orjson.dumps(row)
-        async with self._session.post(url, data=data, headers=self._headers, timeout=self._timeout) as resp:
+        token = access.registered_token(url)  # the run's token, as a trainer with its own client sends it
+        headers = {**self._headers, access.TOKEN_HEADER: token} if token else self._headers
+        async with self._session.post(url, data=data, headers=headers, timeout=self._timeout) as resp:
             return resp.status, await resp.read()
 
     async def close(self) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 from rich.markup import escape
 
 from nemo_gym.cli.command import Command, Invocation
-from nemo_gym.cli.flags import CONFIG_FLAGS, MODEL_FLAGS, Flag
+from nemo_gym.cli.flags import AUTH_FLAG, CONFIG_FLAGS, MODEL_FLAGS, Flag
 from nemo_gym.cli.output import GymConsole, console, err_console
 from nemo_gym.config.compose import ComposedConfig, ComposeOptions, compose
 from nemo_gym.config.server_models import BaseServerConfig
@@ -27,6 +27,7 @@ DEFAULT_PROFILE_ROWS = 20
 
 RUN_FLAGS = (
     Flag(("--no-serve",), "use servers already started with `gym env start` instead of starting them", switch=True),
+    AUTH_FLAG,
     Flag(("--agent", "-a"), "agent instance for rows without agent_ref", field="agent_name", metavar="NAME"),
     Flag(("--input", "-i"), "JSONL rows to run", field="input_jsonl_fpath", metavar="PATH"),
     Flag(("--output", "-o"), "JSONL file for scored rollouts", field="output_jsonl_fpath", metavar="PATH"),
@@ -150,6 +151,7 @@ PROFILE_FLAGS = (
 
 REVERIFY_FLAGS = (
     Flag(("--no-serve",), "use servers already started with `gym env start` instead of starting them", switch=True),
+    AUTH_FLAG,
     Flag(("--rollouts",), "stored rollouts to re-score", field="rollouts_jsonl_fpath", metavar="PATH"),
     Flag(("--inputs",), "the run's materialized inputs (default: <rollouts stem>_materialized_inputs.jsonl)",
          field="materialized_inputs_jsonl_fpath", metavar="PATH"),

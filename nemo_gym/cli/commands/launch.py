@@ -9,7 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from nemo_gym.cli.command import Command, Invocation
-from nemo_gym.cli.flags import CONFIG_FLAGS, JSON_FLAG, MODEL_FLAGS
+from nemo_gym.cli.flags import AUTH_FLAG, CONFIG_FLAGS, JSON_FLAG, MODEL_FLAGS
 from nemo_gym.cli.output import console, print_error
 from nemo_gym.config.compose import ComposeOptions, compose
 
@@ -87,7 +87,7 @@ COMMANDS = (
         "start",
         "start every server of a config and keep them running until Ctrl-C",
         start,
-        CONFIG_FLAGS + MODEL_FLAGS,
+        CONFIG_FLAGS + MODEL_FLAGS + (AUTH_FLAG,),
         description=(
             "Start every server instance of the composed config (one process each, in its own uv venv unless "
             "+shared_venv=true), wait until all answer, and run until Ctrl-C or SIGTERM. Logs go to "
