@@ -27,7 +27,7 @@ from nemo_gym import INSTALL_DIR
 from nemo_gym.launcher import running_servers
 from nemo_gym.launcher.reaper import CONFIG_FILE, OWNER_FILE, sweep_dead_runs
 from nemo_gym.transport.runtime import GRACEFUL_SHUTDOWN_S
-from tests.helpers import write
+from tests.helpers import run_headers, write
 from tests.launcher.conftest import base_overrides, server_block
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -211,7 +211,9 @@ def test_sigterm_gives_a_hung_request_a_bounded_grace_then_the_server_exits_by_i
 
         def call() -> None:
             request = urllib.request.Request(
-                server.url + "/v1/responses", data=b'{"input": "hi"}', headers={"Content-Type": "application/json"}
+                server.url + "/v1/responses",
+                data=b'{"input": "hi"}',
+                headers={"Content-Type": "application/json", **run_headers(server.url)},
             )
             try:
                 with urllib.request.urlopen(request, timeout=HANG_GUARD_S) as response:
