@@ -52,6 +52,7 @@ from nemo_gym.global_config import (
 from nemo_gym.launcher.head_server import HeadServer, bind_head_socket, build_head_app
 from nemo_gym.launcher.processes import LogSink, exit_code, read_lines_into, spawn, stop_process_groups
 from nemo_gym.launcher.reaper import CONFIG_FILE, Reaper, remove_run_files, sweep_dead_runs, write_owner
+from nemo_gym.launcher.signals import second_signal_forces, sigterm_as_interrupt
 from nemo_gym.launcher.venvs import BuildContext, VenvSpec, build_venv, shared_venv_enabled, venv_spec
 from nemo_gym.transport import access, http_client
 from nemo_gym.transport.http_client import TransportConfig, TransportError
@@ -64,7 +65,7 @@ LOG_TAIL_LINES = 20
 _PROBE_CONFIG = TransportConfig(connect_timeout_s=2.0, total_timeout_s=3.0, max_attempts=1)
 _PROGRESS_EVERY_S = 30.0
 
-__all__ = ["Launcher", "ServerLaunchError", "ServerProcess", "running_servers", "sigterm_as_interrupt"]
+__all__ = ["Launcher", "ServerLaunchError", "ServerProcess", "running_servers"]
 
 T = TypeVar("T")
 
@@ -271,7 +272,7 @@ class Launcher:
             build.kill_running()
         popens = [s.popen for s in self.servers if s.popen is not None]
         if popens:
-            with _second_signal_forces(self._force):
+            with second_signal_forces(self._force):
                 stop_process_groups(popens, self.shutdown_grace_s, self._force)
         for server in self.servers:
             if server.reader is not None:
@@ -530,21 +531,6 @@ def running_servers(
             launcher.stop()
 
 
-@contextlib.contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM takes the same orderly-shutdown path as Ctrl-C (a KeyboardInterrupt), instead of killing this process
-    before it stops the servers and deletes their config file. Only where SIGTERM has its default action: a handler
-    someone else installed is kept."""
-    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
-        yield
-        return
-    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def _readdressed(name: str, block: dict[str, Any]) -> ServerInstanceConfig:
     """The instance ``name`` again, after the launcher gave it the address it now has in ``block``."""
     instance, error = maybe_get_server_instance_config(name, block)
@@ -611,21 +597,3 @@ def _run_async(make: Callable[[], Awaitable[T]]) -> T:
         return asyncio.run(make())  # type: ignore[arg-type]
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
         return pool.submit(lambda: asyncio.run(make())).result()  # type: ignore[arg-type]
-
-
-@contextlib.contextmanager
-def _second_signal_forces(force: threading.Event) -> Iterator[None]:
-    """While shutting down, Ctrl-C / SIGTERM again skips the grace period instead of interrupting the cleanup."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, frame: Any) -> None:
-        force.set()
-
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)

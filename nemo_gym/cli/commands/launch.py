@@ -17,7 +17,8 @@ from nemo_gym.config.compose import ComposeOptions, compose
 def start(invocation: Invocation) -> int:
     """Start every server of the config, print where they listen, and run until Ctrl-C / SIGTERM."""
     # imported here: fastapi/uvicorn would slow every `gym` call
-    from nemo_gym.launcher.runner import Launcher, sigterm_as_interrupt
+    from nemo_gym.launcher.runner import Launcher
+    from nemo_gym.launcher.signals import sigterm_as_interrupt
 
     composed = compose(
         ComposeOptions(overrides=invocation.overrides, reserve_ports=True, require_server_instances=True)
