@@ -74,7 +74,9 @@ def chat_params_to_responses_params(
         "max_output_tokens": chat_params.max_completion_tokens or chat_params.max_tokens,
         "metadata": chat_params.metadata,
         "model": chat_params.model,
-        "parallel_tool_calls": chat_params.parallel_tool_calls,
+        "parallel_tool_calls": (
+            chat_params.parallel_tool_calls if "parallel_tool_calls" in chat_params.model_fields_set else None
+        ),
         "reasoning": {"effort": chat_params.reasoning_effort} if chat_params.reasoning_effort else None,
         "service_tier": chat_params.service_tier,
         "store": chat_params.store,

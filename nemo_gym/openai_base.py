@@ -6,7 +6,7 @@ Kept separate so the two schema modules can both import them without importing e
 import functools
 from typing import Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 TOKEN_ID_FIELDS: tuple[str, str, str] = ("prompt_token_ids", "generation_token_ids", "generation_log_probs")
 """Fields a training item carries; all three or none."""
@@ -76,6 +76,12 @@ def _drop_unknown_null_fields(model: type[BaseModel], data: Any) -> Any:
     return data
 
 
+def is_none(value: object) -> bool:
+    """Fields that newer OpenAI APIs added are left out of a dump while unset, so what an environment written for
+    NeMo Gym (on openai 2.7) reads and compares has exactly the keys it expects."""
+    return value is None
+
+
 class NeMoGymStrictModel(BaseModel):
     """Base for wire items and request parts: unknown keys are errors, unless their value is null.
 
@@ -129,6 +135,19 @@ class KeyAccessMixin:
         return bool(super().__eq__(other))
 
     __hash__ = None  # type: ignore[assignment]  # mutable, like the dict it stands for
+
+
+class NeMoGymRequestPart(KeyAccessMixin, NeMoGymStrictModel):
+    """A strict request-side model that stands for one of the SDK's TypedDicts: it reads like that dict, equals it,
+    and dumps to it: only the keys that were given or hold a value (an unset ``name`` is absent, not ``null``)."""
+
+    @model_serializer(mode="wrap")
+    def _dump_present_keys(self, handler: SerializerFunctionWrapHandler) -> Any:
+        dumped = handler(self)
+        if not isinstance(dumped, dict):
+            return dumped
+        present = self._present_keys()
+        return {key: value for key, value in dumped.items() if key in present}
 
 
 def _as_dict_reads(value: Any) -> Any:

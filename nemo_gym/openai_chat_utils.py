@@ -12,13 +12,13 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
 from nemo_gym.openai_base import (
-    KeyAccessMixin,
     NeMoGymLenientModel,
-    NeMoGymStrictModel,
+    NeMoGymRequestPart,
     ReasoningEffort,
     TokenIDLogProbMixin,
     get_field,
     has_token_id_information,
+    is_none,
 )
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -26,43 +26,43 @@ from nemo_gym.openai_base import (
 # ----------------------------------------------------------------------------------------------------------------------
 
 
-class NeMoGymChatCompletionContentPartTextParam(KeyAccessMixin, NeMoGymStrictModel):
+class NeMoGymChatCompletionContentPartTextParam(NeMoGymRequestPart):
     type: Literal["text"] = "text"
     text: str
 
 
-class NeMoGymImageURL(KeyAccessMixin, NeMoGymStrictModel):
+class NeMoGymImageURL(NeMoGymRequestPart):
     url: str
     detail: Literal["auto", "low", "high"] | None = None
 
 
-class NeMoGymChatCompletionContentPartImageParam(KeyAccessMixin, NeMoGymStrictModel):
+class NeMoGymChatCompletionContentPartImageParam(NeMoGymRequestPart):
     type: Literal["image_url"] = "image_url"
     image_url: NeMoGymImageURL
 
 
-class NeMoGymInputAudio(KeyAccessMixin, NeMoGymStrictModel):
+class NeMoGymInputAudio(NeMoGymRequestPart):
     data: str
     format: str
 
 
-class NeMoGymChatCompletionContentPartInputAudioParam(KeyAccessMixin, NeMoGymStrictModel):
+class NeMoGymChatCompletionContentPartInputAudioParam(NeMoGymRequestPart):
     type: Literal["input_audio"] = "input_audio"
     input_audio: NeMoGymInputAudio
 
 
-class NeMoGymVideoURL(KeyAccessMixin, NeMoGymStrictModel):
+class NeMoGymVideoURL(NeMoGymRequestPart):
     url: str
 
 
-class NeMoGymChatCompletionContentPartVideoParam(KeyAccessMixin, NeMoGymStrictModel):
+class NeMoGymChatCompletionContentPartVideoParam(NeMoGymRequestPart):
     """Not an OpenAI part: the `video_url` part vLLM accepts for vision-language models."""
 
     type: Literal["video_url"] = "video_url"
     video_url: NeMoGymVideoURL
 
 
-class NeMoGymChatCompletionContentPartRefusalParam(KeyAccessMixin, NeMoGymStrictModel):
+class NeMoGymChatCompletionContentPartRefusalParam(NeMoGymRequestPart):
     type: Literal["refusal"] = "refusal"
     refusal: str
 
@@ -85,36 +85,36 @@ NeMoGymChatCompletionAssistantContentPart = Annotated[
 # ----------------------------------------------------------------------------------------------------------------------
 
 
-class NeMoGymChatCompletionSystemMessageParam(KeyAccessMixin, NeMoGymStrictModel):
+class NeMoGymChatCompletionSystemMessageParam(NeMoGymRequestPart):
     role: Literal["system"] = "system"
     content: str | list[NeMoGymChatCompletionContentPartTextParam]
     name: str | None = None
 
 
-class NeMoGymChatCompletionDeveloperMessageParam(KeyAccessMixin, NeMoGymStrictModel):
+class NeMoGymChatCompletionDeveloperMessageParam(NeMoGymRequestPart):
     role: Literal["developer"] = "developer"
     content: str | list[NeMoGymChatCompletionContentPartTextParam]
     name: str | None = None
 
 
-class NeMoGymChatCompletionUserMessageParam(KeyAccessMixin, NeMoGymStrictModel):
+class NeMoGymChatCompletionUserMessageParam(NeMoGymRequestPart):
     role: Literal["user"] = "user"
     content: str | list[NeMoGymChatCompletionUserContentPart]
     name: str | None = None
 
 
-class NeMoGymChatCompletionMessageToolCallFunctionParam(KeyAccessMixin, NeMoGymStrictModel):
+class NeMoGymChatCompletionMessageToolCallFunctionParam(NeMoGymRequestPart):
     name: str
     arguments: str
 
 
-class NeMoGymChatCompletionMessageToolCallParam(KeyAccessMixin, NeMoGymStrictModel):
+class NeMoGymChatCompletionMessageToolCallParam(NeMoGymRequestPart):
     id: str
     type: Literal["function"] = "function"
     function: NeMoGymChatCompletionMessageToolCallFunctionParam
 
 
-class NeMoGymChatCompletionAssistantMessageParam(KeyAccessMixin, NeMoGymStrictModel):
+class NeMoGymChatCompletionAssistantMessageParam(NeMoGymRequestPart):
     """A past assistant turn; `content` may be null when the turn only called tools."""
 
     role: Literal["assistant"] = "assistant"
@@ -130,7 +130,7 @@ class NeMoGymChatCompletionAssistantMessageForTrainingParam(
     """A past assistant turn that keeps the exact tokens it was sampled as, so multi-turn training stays on-policy."""
 
 
-class NeMoGymChatCompletionToolMessageParam(KeyAccessMixin, NeMoGymStrictModel):
+class NeMoGymChatCompletionToolMessageParam(NeMoGymRequestPart):
     role: Literal["tool"] = "tool"
     content: str | list[NeMoGymChatCompletionContentPartTextParam]
     tool_call_id: str
@@ -155,23 +155,23 @@ NeMoGymChatCompletionMessageParam = Annotated[
 ]
 
 
-class NeMoGymFunctionDefinition(KeyAccessMixin, NeMoGymStrictModel):
+class NeMoGymFunctionDefinition(NeMoGymRequestPart):
     name: str
     description: str | None = None
     parameters: dict[str, Any] | None = None
     strict: bool | None = None
 
 
-class NeMoGymChatCompletionToolParam(KeyAccessMixin, NeMoGymStrictModel):
+class NeMoGymChatCompletionToolParam(NeMoGymRequestPart):
     type: Literal["function"] = "function"
     function: NeMoGymFunctionDefinition
 
 
-class NeMoGymChatCompletionNamedToolChoiceFunction(KeyAccessMixin, NeMoGymStrictModel):
+class NeMoGymChatCompletionNamedToolChoiceFunction(NeMoGymRequestPart):
     name: str
 
 
-class NeMoGymChatCompletionNamedToolChoiceParam(KeyAccessMixin, NeMoGymStrictModel):
+class NeMoGymChatCompletionNamedToolChoiceParam(NeMoGymRequestPart):
     type: Literal["function"] = "function"
     function: NeMoGymChatCompletionNamedToolChoiceFunction
 
@@ -185,8 +185,10 @@ class NeMoGymChatCompletionCreateParamsNonStreaming(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    # Fields newer than NeMo Gym's `openai` pin are left out of a dump while unset (see `is_none`).
     messages: list[NeMoGymChatCompletionMessageParam]
     model: str | None = None
+    audio: dict[str, Any] | None = None
     frequency_penalty: float | None = None
     logit_bias: dict[str, int] | None = None
     logprobs: bool | None = None
@@ -195,24 +197,27 @@ class NeMoGymChatCompletionCreateParamsNonStreaming(BaseModel):
     metadata: dict[str, str] | None = None
     modalities: list[Literal["text", "audio"]] | None = None
     n: int | None = None
-    parallel_tool_calls: bool | None = None
+    parallel_tool_calls: bool = True  # OpenAI's default; a dump for sending (exclude_unset) leaves it out unless given
+    prediction: dict[str, Any] | None = None
     presence_penalty: float | None = None
-    prompt_cache_key: str | None = None
+    prompt_cache_key: str | None = Field(default=None, exclude_if=is_none)
     reasoning_effort: ReasoningEffort | None = None
     response_format: dict[str, Any] | None = None
-    safety_identifier: str | None = None
+    safety_identifier: str | None = Field(default=None, exclude_if=is_none)
     seed: int | None = None
     service_tier: Literal["auto", "default", "flex", "scale", "priority", "fast"] | None = None
     stop: str | list[str] | None = None
     store: bool | None = None
     stream: Literal[False] | None = None
+    stream_options: dict[str, Any] | None = None
     temperature: float | None = None
     tool_choice: Literal["none", "auto", "required"] | NeMoGymChatCompletionNamedToolChoiceParam | None = None
     tools: list[NeMoGymChatCompletionToolParam] | None = None
     top_logprobs: int | None = None
     top_p: float | None = None
     user: str | None = None
-    verbosity: Literal["low", "medium", "high"] | None = None
+    verbosity: Literal["low", "medium", "high"] | None = Field(default=None, exclude_if=is_none)
+    web_search_options: dict[str, Any] | None = None
 
 
 # ----------------------------------------------------------------------------------------------------------------------

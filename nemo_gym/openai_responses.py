@@ -43,6 +43,7 @@ from nemo_gym.openai_base import (
     TokenIDLogProbMixin,
     get_field,
     has_token_id_information,
+    is_none,
 )
 from nemo_gym.openai_chat_utils import (
     NeMoGymChatCompletion,
@@ -162,19 +163,13 @@ def _without_status(data: Any) -> Any:
     return data
 
 
-def _is_none(value: object) -> bool:
-    """Fields that newer OpenAI APIs added are left out of a dump while unset, so what an environment written for
-    NeMo Gym (on openai 2.7) reads and compares has exactly the keys it expects."""
-    return value is None
-
-
 class NeMoGymEasyInputMessage(NeMoGymStrictModel):
     """The shorthand message most datasets use: a role plus a string or a list of parts."""
 
     role: Literal["user", "assistant", "system", "developer"]
     content: str | list[NeMoGymEasyInputContent]
     type: Literal["message"] = "message"
-    phase: Literal["commentary", "final_answer"] | None = Field(default=None, exclude_if=_is_none)  # see _is_none
+    phase: Literal["commentary", "final_answer"] | None = Field(default=None, exclude_if=is_none)  # see is_none
 
     @model_validator(mode="before")
     @classmethod
@@ -201,7 +196,7 @@ class NeMoGymResponseOutputMessage(NeMoGymStrictModel):
     content: list[NeMoGymResponseOutputContent]
     status: ItemStatus = "completed"
     type: Literal["message"] = "message"
-    phase: Literal["commentary", "final_answer"] | None = Field(default=None, exclude_if=_is_none)  # see _is_none
+    phase: Literal["commentary", "final_answer"] | None = Field(default=None, exclude_if=is_none)  # see is_none
 
     @field_validator("content", mode="before")
     @classmethod

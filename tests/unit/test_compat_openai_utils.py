@@ -21,6 +21,7 @@ from nemo_gym.openai_utils import (
     TOKEN_METADATA_FIELDS,
     NeMoGymAsyncOpenAI,
     NeMoGymChatCompletionContentPartTextParam,
+    NeMoGymChatCompletionCreateParamsNonStreaming,
     NeMoGymChatCompletionMessage,
     NeMoGymChatCompletionMessageToolCall,
     NeMoGymChatCompletionUserMessageParam,
@@ -257,3 +258,21 @@ def test_a_chat_request_part_equals_the_dict_nemo_gyms_typeddict_would_be() -> N
     assert [{"role": "user", "content": [{"type": "text", "text": "hi"}]}] == [message]
     assert message != {"role": "user", "content": "hi"}
     assert message == NeMoGymChatCompletionUserMessageParam(role="user", content=[{"type": "text", "text": "hi"}])
+
+
+def test_a_chat_request_dumps_to_what_nemo_gyms_model_and_typeddicts_dump_to() -> None:
+    """NeMo Gym's round-trip tests compare whole dumps: messages hold only the keys given (TypedDicts), the request has
+    NeMo Gym's fields and defaults, and fields newer than its `openai` pin are absent while unset."""
+    call = {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    params = NeMoGymChatCompletionCreateParamsNonStreaming(
+        messages=[{"role": "user", "content": "q"}, {"role": "assistant", "content": None, "tool_calls": [call]}]
+    )
+    dumped = params.model_dump()
+    assert dumped["messages"] == [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+    ]
+    assert dumped["parallel_tool_calls"] is True
+    assert {"audio", "prediction", "stream_options", "web_search_options"} <= dumped.keys()
+    assert not {"verbosity", "prompt_cache_key", "safety_identifier"} & dumped.keys()
+    assert params.model_dump(exclude_unset=True) == {"messages": dumped["messages"]}  # the body to send is unchanged
