@@ -49,17 +49,20 @@ def _summary(row: dict[str, Any]) -> tuple[float, int, int, str, str, int, int, 
     output = response.get("output")
     output = output if isinstance(output, list) else []
     tool_calls = turns = chars = 0
+    previous = None
     for item in output:
         if not isinstance(item, dict):
             continue
         kind = item.get("type")
         if kind == "function_call":
             tool_calls += 1
+            turns += previous != "function_call"  # one model turn may call several tools at once
         elif kind == "message":
             turns += 1
             for part in item.get("content") or []:
                 if isinstance(part, dict) and isinstance(part.get("text"), str):
                     chars += len(part["text"])
+        previous = kind
     usage = mapping(response.get("usage"))
     ref = row.get("agent_ref")
     agent = str(ref.get("name", "unknown")) if isinstance(ref, dict) else str(ref or "unknown")
@@ -72,7 +75,7 @@ def _summary(row: dict[str, Any]) -> tuple[float, int, int, str, str, int, int, 
         str(failure) if failure else "",
         tool_calls,
         chars,
-        max(turns, tool_calls and 1),
+        turns,
         _int(usage.get("input_tokens")),
         _int(usage.get("output_tokens")),
     )

@@ -15,13 +15,18 @@ LEGACY_KEY = re.compile(r"^\+{0,2}jsonl_fpath=(.+)$")
 
 def paths_of(invocation: Invocation) -> list[Path]:
     """The positional paths, then any NeMo Gym style ``+jsonl_fpath=PATH`` tokens (quotes stripped)."""
-    paths = [Path(p) for p in invocation.get("paths") or []]
-    for token in invocation.overrides:
+    paths = []
+    for token in [*(invocation.get("paths") or []), *invocation.overrides]:  # argparse may take either as a path
         match = LEGACY_KEY.match(token)
         if match:
             paths.append(Path(match.group(1).strip("'\"")))
-        elif token != "++verbose=true":
-            raise ConfigError(f"gym view: unknown argument {token!r}; pass rollout files as PATH or +jsonl_fpath=PATH")
+        elif token.startswith(("+", "~")) or ("=" in token and not Path(token).exists()):
+            if token != "++verbose=true":
+                raise ConfigError(
+                    f"gym view: unknown argument {token!r}; pass rollout files as PATH or +jsonl_fpath=PATH"
+                )
+        else:
+            paths.append(Path(token))
     return paths
 
 
