@@ -177,7 +177,9 @@ class LineIndex:
 
     def matching(self, rows: list[int], needle: bytes) -> list[int]:
         """The rows among ``rows`` whose JSON text contains ``needle`` (lower case): text search, one file handle."""
-        found = []
+        found: list[int] = []
+        if not rows:  # also: a sidecar that was never written
+            return found
         with self.path.open("rb") as f:
             for i in rows:
                 f.seek(self.offsets[i])

@@ -58,3 +58,9 @@ def test_filters_combine_and_failures_join_the_list(tmp_path: Path) -> None:
     overview = run.overview()
     assert overview["failures_by_class"] == [("timeout", 2)] and overview["rollouts"] == 3
     assert json.loads(path.with_name("run_aggregate_metrics.json").read_text()) == run.metrics()
+
+
+def test_text_search_without_a_failures_file(tmp_path: Path) -> None:
+    run = Run(0, rows.write(tmp_path / "alone.jsonl", [rows.rollout(0, 0, 1.0, "sunny")]))
+    run.refresh()
+    assert run.select(Filters(text="sunny")) == [("r", 0)]
