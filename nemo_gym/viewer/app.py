@@ -102,6 +102,7 @@ async def overview(request: Request) -> Response:
     n = len(index)
     rewards = [r for r in index.reward[:n] if not math.isnan(r)]
     scored = [i for i in range(n) if not math.isnan(index.reward[i])]
+    scored = scored[:: max(1, len(scored) // plots.MAX_POINTS)]  # the scatter shows a regular sample
     per_task = sorted(run.task_rewards().items())
     pass_rates = [sum(r >= PASS_AT for r in rs) / len(rs) for _, rs in per_task]
     figures = [

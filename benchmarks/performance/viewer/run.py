@@ -48,7 +48,9 @@ def make_row(k: int, pool: str, row_bytes: int, rng: random.Random) -> dict:
     start = rng.randrange(0, len(pool) - row_bytes)
     budget = max(row_bytes - 1500 - calls * 350, 200)
     reasoning, answer = pool[start : start + budget // 3], pool[start + budget // 3 : start + budget]
-    output: list[dict] = [{"type": "reasoning", "id": f"rs_{k}", "summary": [{"type": "summary_text", "text": reasoning}]}]
+    output: list[dict] = [
+        {"type": "reasoning", "id": f"rs_{k}", "summary": [{"type": "summary_text", "text": reasoning}]}
+    ]
     for c in range(calls):
         call_id = f"call_{k}_{c}"
         output.append({"type": "function_call", "call_id": call_id, "name": "get_weather", "id": call_id,
@@ -59,15 +61,37 @@ def make_row(k: int, pool: str, row_bytes: int, rng: random.Random) -> dict:
                    "content": [{"type": "output_text", "text": answer, "annotations": []}]})  # fmt: skip
     reward = float((k * 2654435761) % 7 < 4)
     return {
-        "responses_create_params": {"input": [
-            {"role": "system", "content": "You are a helpful assistant. Use the get_weather tool to look up the weather."},
-            {"role": "user", "content": f"What is the weather in City{k // 4} right now?"}],
-            "tools": [{"type": "function", "name": "get_weather", "description": "Get the current weather of a city.",
-                       "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}],
-            "temperature": 0.2, "max_output_tokens": 2048},  # fmt: skip
-        "response": {"id": f"resp_{k}", "object": "response", "model": "bench", "status": "completed", "output": output,
-                     "usage": {"input_tokens": 300 + calls * 60, "output_tokens": len(answer) // 4,
-                               "total_tokens": 300 + calls * 60 + len(answer) // 4}},  # fmt: skip
+        "responses_create_params": {
+            "input": [
+                {
+                    "role": "system",
+                    "content": "You are a helpful assistant. Use the get_weather tool to look up the weather.",
+                },
+                {"role": "user", "content": f"What is the weather in City{k // 4} right now?"},
+            ],
+            "tools": [
+                {
+                    "type": "function",
+                    "name": "get_weather",
+                    "description": "Get the current weather of a city.",
+                    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+                }
+            ],
+            "temperature": 0.2,
+            "max_output_tokens": 2048,
+        },  # fmt: skip
+        "response": {
+            "id": f"resp_{k}",
+            "object": "response",
+            "model": "bench",
+            "status": "completed",
+            "output": output,
+            "usage": {
+                "input_tokens": 300 + calls * 60,
+                "output_tokens": len(answer) // 4,
+                "total_tokens": 300 + calls * 60 + len(answer) // 4,
+            },
+        },  # fmt: skip
         "reward": reward,
         "extracted_city": f"City{k // 4}",
         "_ng_task_index": k // 4,
