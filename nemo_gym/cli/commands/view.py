@@ -50,6 +50,9 @@ COMMANDS = (
         "view",
         "open rollout files (and their failures and metrics) in a local web viewer",
         view,
+        description="Serve rollout files written by `gym eval run` (with their _failures.jsonl and "
+        "_aggregate_metrics.json) as a local web app and print its URL. Give two runs of the same inputs to compare "
+        "them. A file still being written is followed as rows arrive. Legacy form: ng_viewer +jsonl_fpath=PATH.",
         flags=(
             Flag(("--host",), "address to listen on (default 127.0.0.1: this machine only)", metavar="HOST"),
             Flag(
