@@ -60,9 +60,5 @@ COMMANDS = (
             ),
         ),  # fmt: skip
         positionals=(Positional("paths", "rollouts .jsonl written by `gym eval run`", nargs="*"),),
-        examples=(
-            "open a run: gym view results/demo/weather_rollouts.jsonl   (serves until Ctrl-C)",
-            "compare two runs of the same inputs: gym view results/before.jsonl results/after.jsonl",
-        ),
     ),
 )
