@@ -8,7 +8,7 @@ WHEELHOUSE ?= $(HOME)/.cache/nemo-gym/wheels
 LLAMA_CPP_VERSION := 0.3.36
 LLAMA_WHEEL := $(WHEELHOUSE)/.built-llama-cpp-python-$(LLAMA_CPP_VERSION)
 
-.PHONY: setup demo test lint format clean
+.PHONY: setup browser demo test lint format clean
 
 setup: $(STAMP)
 
@@ -35,9 +35,17 @@ demo: setup
 		--output results/demo/weather_rollouts.jsonl --overwrite \
 		--temperature 0.2 --max-output-tokens 128
 
+# The viewer's browser tests (tests/viewer) drive Debian's headless Chromium through its chromedriver: installed here
+# when missing (as root, or through sudo). `make demo` and `gym view` itself never need it.
+browser:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || { \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		echo "Installing chromium and chromium-driver (apt-get) for the viewer's browser tests ..."; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium chromium-driver; }
+
 # Lint and type check ([tool.mypy] in pyproject.toml says what), the core suite, then every server's own tests in its
 # own venv plus the data checks (gym env test = ng_test_all).
-test: setup
+test: setup browser
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q

@@ -39,6 +39,7 @@ LEGACY_COMMANDS: dict[str, list[str]] = {
     "version": ["--version"],
     "status": ["env", "status"],
     "pip_list": ["env", "packages"],
+    "viewer": ["view"],
 }
 PREFIXES = ("ng_", "nemo_gym_")
 

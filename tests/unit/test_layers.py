@@ -64,6 +64,7 @@ LAYERS: dict[str, int] = {
     "rollout_collection": 6,
     "skills": 6,
     "mcp_auto_exposure": 6,
+    "viewer/": 6,
     # 7: the command line
     "cli/": 7,
 }

@@ -1,7 +1,7 @@
 """Every ``gym`` command, grouped as on the command line. A command appears here only once it works."""
 
 from nemo_gym.cli.command import Command
-from nemo_gym.cli.commands import authoring, catalog, dataset, dataset_registry, env, eval, launch
+from nemo_gym.cli.commands import authoring, catalog, dataset, dataset_registry, env, eval, launch, view
 
 GROUP_HELP = {
     "dataset": "validate, collate and render datasets; upload and download them (hf, gitlab, local)",
@@ -19,4 +19,5 @@ ALL_COMMANDS: tuple[Command, ...] = (
     *catalog.COMMANDS,
     *dataset.COMMANDS,
     *dataset_registry.COMMANDS,
+    *view.COMMANDS,
 )
