@@ -24,7 +24,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from nemo_gym.viewer import plots, trajectory
-from nemo_gym.viewer.compare import PASS_AT, compare, rollouts_of_task
+from nemo_gym.viewer.compare import PASS_AT, compare, differing_inputs, rollouts_of_task
 from nemo_gym.viewer.runs import FAILURE, ROLLOUT, Filters, Run
 
 HERE = Path(__file__).parent
@@ -170,8 +170,9 @@ async def compare_page(request: Request) -> Response:
     before, after = _pair(request)
     deltas = compare(before, after)
     flipped = [d for d in deltas if d.change in ("fixed", "broken")]
+    differing = differing_inputs(before, after, deltas)
     return _page(request, "compare.html", title="compare", before=before, after=after, deltas=deltas,
-                 flipped=flipped, pass_at=PASS_AT)  # fmt: skip
+                 flipped=flipped, pass_at=PASS_AT, differing=differing)  # fmt: skip
 
 
 async def compare_task(request: Request) -> Response:

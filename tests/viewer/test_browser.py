@@ -86,6 +86,7 @@ def test_compare_two_runs_shows_the_flipped_tasks(tmp_path: Path, start_viewer, 
     browser.find_element(By.CSS_SELECTOR, "form.filters button").click()
     _wait(browser, lambda d: d.find_elements(By.ID, "flipped-count"))
     assert browser.find_element(By.ID, "flipped-count").text == "2"
+    assert not browser.find_elements(By.ID, "differing-inputs")  # the same inputs: no warning
     assert browser.find_element(By.CSS_SELECTOR, "a.button.broken").text == "task 0: broken"
     assert browser.find_element(By.CSS_SELECTOR, "a.button.fixed").text == "task 1: fixed"
     flips = [
