@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from nemo_gym import PARENT_DIR
+from nemo_gym import INSTALL_DIR
 from nemo_gym.benchmarks import load_script
 from nemo_gym.cli.main import main
 from nemo_gym.errors import ConfigError
@@ -24,7 +24,7 @@ from nemo_gym.rollouts.config import RolloutCollectionConfig
 from nemo_gym.rollouts.run import prepare_split_input
 from tests.helpers import write
 
-SOURCE = PARENT_DIR / "benchmarks" / "arithmetic"
+SOURCE = INSTALL_DIR / "benchmarks" / "arithmetic"
 REPO_DATA = SOURCE / "data" / "arithmetic.jsonl"
 OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul}
 
@@ -149,7 +149,7 @@ def _suite(root: Path, scripts: dict[str, str]) -> Path:
         if text is not None:
             write(script, text.format(name=name))
         blocks.append(BENCHMARK_AGENT.format(agent=name, data=root / "suite" / "data" / f"{name}.jsonl", script=script))
-    string_match = PARENT_DIR / "resources_servers" / "string_match" / "configs" / "string_match.yaml"
+    string_match = INSTALL_DIR / "resources_servers" / "string_match" / "configs" / "string_match.yaml"
     return write(root / "suite" / "config.yaml", f"config_paths: [{string_match}]\n" + "".join(blocks))
 
 
@@ -259,7 +259,7 @@ def test_split_input_duplicates_rows_when_an_agents_datasets_disagree_on_num_rep
         "      - {name: a, type: example, jsonl_fpath: a.jsonl, num_repeats: 1}\n"
         "      - {name: b, type: example, jsonl_fpath: b.jsonl, num_repeats: 3}\n"
     )
-    string_match = PARENT_DIR / "resources_servers" / "string_match" / "configs" / "string_match.yaml"
+    string_match = INSTALL_DIR / "resources_servers" / "string_match" / "configs" / "string_match.yaml"
     config_path = write(workdir / "mixed.yaml", f"config_paths: [{string_match}]\n{config_text}")
     config = parse_global_config_dict([f"+config_paths=[{config_path}]"], dummy_model=True)
     split = prepare_split_input(config, "example", workdir / "split.jsonl")

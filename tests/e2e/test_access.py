@@ -25,13 +25,13 @@ import orjson
 import psutil
 import pytest
 
-from nemo_gym import PARENT_DIR
+from nemo_gym import INSTALL_DIR
 from nemo_gym.transport import access
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 WEATHER = "example_single_tool_call"
-ROWS = PARENT_DIR / "resources_servers" / WEATHER / "data" / "example.jsonl"
+ROWS = INSTALL_DIR / "resources_servers" / WEATHER / "data" / "example.jsonl"
 HANG_GUARD_S = 120
 MB = 1_000_000
 

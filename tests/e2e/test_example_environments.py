@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from nemo_gym import PARENT_DIR
+from nemo_gym import INSTALL_DIR
 from nemo_gym.launcher import running_servers
 from nemo_gym.transport import access
 from tests.helpers import run_headers, write
@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 
 def first_row(resources_server: str) -> dict[str, Any]:
-    path = PARENT_DIR / "resources_servers" / resources_server / "data" / "example.jsonl"
+    path = INSTALL_DIR / "resources_servers" / resources_server / "data" / "example.jsonl"
     return json.loads(path.read_text().splitlines()[0])
 
 
@@ -55,8 +55,8 @@ SCRIPTS: dict[str, list[list[dict[str, Any]]]] = {
 
 def overrides(workdir: Path, resources_server: str, model: str, *extra_configs: Path) -> list[str]:
     configs = [
-        PARENT_DIR / "resources_servers" / resources_server / "configs" / f"{resources_server}.yaml",
-        PARENT_DIR / "responses_api_models" / model / "configs" / f"{model}.yaml",
+        INSTALL_DIR / "resources_servers" / resources_server / "configs" / f"{resources_server}.yaml",
+        INSTALL_DIR / "responses_api_models" / model / "configs" / f"{model}.yaml",
         *extra_configs,
     ]
     return [
@@ -146,7 +146,7 @@ def test_embedded_model_rollout_is_well_formed(workdir):
     """No model configured at all: the embedded SmolLM2 model is the policy, and it can call the weather tool."""
     pytest.importorskip("llama_cpp")
     resources_server = "example_single_tool_call"
-    config = PARENT_DIR / "resources_servers" / resources_server / "configs" / f"{resources_server}.yaml"
+    config = INSTALL_DIR / "resources_servers" / resources_server / "configs" / f"{resources_server}.yaml"
     with running_servers(
         [f"+config_paths=[{config}]", "+shared_venv=true", "+head_server={port: 0}",
          f"+results_dir={workdir / 'results'}", f"+cache_dir={workdir / 'cache'}"]

@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from nemo_gym import PARENT_DIR
+from nemo_gym import INSTALL_DIR
 from tests.helpers import run_headers
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -62,7 +62,7 @@ def test_eval_run_and_profile_print_whole_paths_and_plain_tables(deep_dir: Path)
     code, out, err = gym(
         "eval", "run", "--resources-server", WEATHER, "--model-type", "scripted_model",
         "--agent", f"{WEATHER}_simple_agent", "--output", str(output),
-        "--input", str(PARENT_DIR / "resources_servers" / WEATHER / "data" / "example.jsonl"),
+        "--input", str(INSTALL_DIR / "resources_servers" / WEATHER / "data" / "example.jsonl"),
         "+shared_venv=true", "+head_server={port: 0}", f"+cache_dir={deep_dir / 'cache'}",
         cwd=deep_dir,
     )  # fmt: skip
@@ -71,6 +71,7 @@ def test_eval_run_and_profile_print_whole_paths_and_plain_tables(deep_dir: Path)
     line_with(err, "rollouts:", str(output))
     line_with(err, "materialized inputs:", str(output.with_name("weather_rollouts_materialized_inputs.jsonl")))
     line_with(err, "aggregate metrics:", str(output.with_name("weather_rollouts_aggregate_metrics.json")))
+    line_with(err, "look at them:", f"gym view {output}")
     line_with(err, "Starting servers (logs in", str(deep_dir / "results" / "logs"))
     line_with(err, "Agent", "Metric", "Value")  # the key metrics table: a header line, then one line per metric
     line_with(err, f"{WEATHER}_simple_agent", "mean/reward", "1.0000")

@@ -37,12 +37,12 @@ from pathlib import Path
 
 import pytest
 
-from nemo_gym import PARENT_DIR
+from nemo_gym import INSTALL_DIR
 from nemo_gym.cli.commands import ALL_COMMANDS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
 
-README = PARENT_DIR / "README.md"
+README = INSTALL_DIR / "README.md"
 MARKER = re.compile(r"<!--\s*readme-test:\s*(skip|scripted-model)\b\s*(.*?)\s*-->")
 COMMAND_TIMEOUT_S = 300
 HELP_SKIPS = {
@@ -162,10 +162,10 @@ def write_fixtures(root: Path) -> None:
 
 def copy_repository(target: Path) -> Path:
     listed = subprocess.run(
-        ["git", "ls-files", "-z", "-co", "--exclude-standard"], cwd=PARENT_DIR, capture_output=True, check=True
+        ["git", "ls-files", "-z", "-co", "--exclude-standard"], cwd=INSTALL_DIR, capture_output=True, check=True
     ).stdout.decode()
     for relative in filter(None, listed.split("\0")):
-        source = PARENT_DIR / relative
+        source = INSTALL_DIR / relative
         if source.is_file():  # a tracked file deleted in the working tree is not part of the copy
             (target / relative).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, target / relative)

@@ -21,7 +21,7 @@ import httpx
 import orjson
 import pytest
 
-from nemo_gym import PARENT_DIR
+from nemo_gym import INSTALL_DIR
 from tests.helpers import run_headers, write
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -145,7 +145,7 @@ def test_env_start_serves_and_prints_no_secret_and_leaves_none(run_dir: Path) ->
         output = run_dir / "results" / "no_serve.jsonl"
         code, out = gym(
             run_dir, "eval", "run", "--no-serve", "--agent", f"{WEATHER}_simple_agent", "--limit", "2",
-            "--input", str(PARENT_DIR / "resources_servers" / WEATHER / "data" / "example.jsonl"),
+            "--input", str(INSTALL_DIR / "resources_servers" / WEATHER / "data" / "example.jsonl"),
             "--output", str(output), f"+head_server.port={head.group(2)}",
         )  # fmt: skip
         assert code == 0, out
@@ -165,7 +165,7 @@ def test_eval_run_keeps_its_rewards_and_leaves_no_secret(run_dir: Path) -> None:
     output = run_dir / "results" / "served.jsonl"
     code, out = gym(
         run_dir, "eval", "run", *config_args(run_dir), "+head_server={port: 0}", "--agent", f"{WEATHER}_simple_agent",
-        "--input", str(PARENT_DIR / "resources_servers" / WEATHER / "data" / "example.jsonl"), "--output", str(output),
+        "--input", str(INSTALL_DIR / "resources_servers" / WEATHER / "data" / "example.jsonl"), "--output", str(output),
     )  # fmt: skip
     assert code == 0, out
     assert rewards(output) == [1.0] * 5

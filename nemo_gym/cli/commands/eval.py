@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -125,6 +126,7 @@ def _run_reporting(collect: Callable[[], Any], settings: Any, stderr: GymConsole
         stderr.print(f"  failures:            {failures_path(output)}  (retry them with --resume)", markup=False)
     if result.metrics_path:
         stderr.print(f"  aggregate metrics:   {result.metrics_path}", markup=False)
+    stderr.print(f"  look at them:        gym view {shlex.quote(str(output))}", markup=False)
     sys.stderr.flush()
     return 0 if not summary.failed else EXIT_SOME_ROLLOUTS_FAILED
 
