@@ -265,9 +265,9 @@ def _chunk(completion: dict[str, Any], delta: dict[str, Any], finish_reason: str
     }
 
 
-def chat_text_chunk(completion_id: str, model: str, created: int, delta: dict[str, Any]) -> dict[str, Any]:
-    """A chunk sent while generating (``{"role": ...}`` first, then ``{"content": ...}``), before the result exists."""
-    return _chunk({"id": completion_id, "model": model, "created": created}, delta)
+def chat_text_chunk(head: dict[str, Any], delta: dict[str, Any]) -> dict[str, Any]:
+    """A chunk sent while generating, before the result exists; ``head``: its ``id``, ``model`` and ``created``."""
+    return _chunk(head, delta)
 
 
 def chat_completion_chunks(
