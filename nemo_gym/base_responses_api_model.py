@@ -33,7 +33,7 @@ from nemo_gym.openai_utils import (
     NeMoGymResponseCreateParamsNonStreaming,
 )
 from nemo_gym.server_utils import SimpleServer
-from nemo_gym.streaming import StreamingMiddleware
+from nemo_gym.streaming import StreamingMiddleware as _StreamingMiddleware
 
 __all__ = [
     "BaseResponsesAPIModelConfig",
@@ -69,7 +69,7 @@ class SimpleResponsesAPIModel(SimpleServer):
 
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()
-        app.add_middleware(StreamingMiddleware)  # added before capture, so capture records the stream as sent
+        app.add_middleware(_StreamingMiddleware)  # added before capture, so capture records the stream as sent
         capture = ModelCallCaptureConfig.of(getattr(self.server_client, "global_config_dict", None))
         install_model_call_capture(app, capture, model_server_name=self.config.name)
         app.post("/v1/responses")(self.responses)
