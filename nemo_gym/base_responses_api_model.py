@@ -1,12 +1,15 @@
 """Model servers: adapters that expose any LLM backend as ``/v1/responses`` and ``/v1/chat/completions``.
 
 Subclasses implement ``responses()`` and ``chat_completions()``; bodies are validated strictly, so a malformed
-request is a 422 naming the bad field rather than an error deep in the backend.
+request is a 422 naming the bad field rather than an error deep in the backend. ``stream: true`` needs nothing from
+a subclass: ``StreamingMiddleware`` (``nemo_gym/streaming.py``) turns the finished result into the event stream, and a
+subclass whose engine makes text incrementally may answer with its own stream (see ``stream_options``).
+``GET /v1/models`` lists ``model_ids()``.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from fastapi import Body, FastAPI
 
@@ -30,6 +33,7 @@ from nemo_gym.openai_utils import (
     NeMoGymResponseCreateParamsNonStreaming,
 )
 from nemo_gym.server_utils import SimpleServer
+from nemo_gym.streaming import StreamingMiddleware as _StreamingMiddleware
 
 __all__ = [
     "BaseResponsesAPIModelConfig",
@@ -65,11 +69,23 @@ class SimpleResponsesAPIModel(SimpleServer):
 
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()
+        app.add_middleware(_StreamingMiddleware)  # added before capture, so capture records the stream as sent
         capture = ModelCallCaptureConfig.of(getattr(self.server_client, "global_config_dict", None))
         install_model_call_capture(app, capture, model_server_name=self.config.name)
         app.post("/v1/responses")(self.responses)
         app.post("/v1/chat/completions")(self.chat_completions)
+        app.get("/v1/models")(self.models)
         return app
+
+    def model_ids(self) -> list[str]:
+        """What ``GET /v1/models`` lists; a subclass names the model it serves."""
+        return [self.config.name]
+
+    async def models(self) -> dict[str, Any]:
+        return {
+            "object": "list",
+            "data": [{"id": i, "object": "model", "created": 0, "owned_by": "nemo-gym"} for i in self.model_ids()],
+        }
 
     async def responses(self, body: NeMoGymResponseCreateParamsNonStreaming) -> NeMoGymResponse:
         raise NotImplementedError(f"{type(self).__name__} must implement responses()")

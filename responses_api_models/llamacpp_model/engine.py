@@ -37,6 +37,7 @@ import random
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -199,8 +200,12 @@ class LlamaCppEngine:
         stop: str | list[str] | None = None,
         return_token_ids: bool = False,
         parallel_tool_calls: bool = True,
+        on_text: Callable[[str], None] | None = None,
     ) -> dict[str, Any]:
         """Run one chat completion and return an OpenAI Chat Completions shaped dict.
+
+        ``on_text`` receives the reply's text as it is generated, in pieces that always add up to a prefix of the
+        returned ``content`` (text that may still turn out to be a tool call or a stop string is held back).
 
         Sampling follows OpenAI semantics (no hidden top-k / min-p / repetition penalty) so the reported
         log-probs describe the distribution the tokens were drawn from, up to temperature and top-p.
@@ -223,7 +228,7 @@ class LlamaCppEngine:
             # Always start from an empty KV cache: reusing a cached prefix changes the batch shapes of the
             # prompt evaluation, which perturbs logits slightly and would break same-seed reproducibility.
             self._llm.reset()
-            runner = _Runner(self, prompt_ids, budget, sampling, request_seed)
+            runner = _Runner(self, prompt_ids, budget, sampling, request_seed, on_text)
             if headers:
                 calls_cap = self.max_tool_calls if parallel_tool_calls else 1
                 free_text = MESSAGE_HEADER in headers and follows_tool_results(messages)
@@ -319,9 +324,17 @@ class _Runner:
     """Drives one request's generation across stages, always extending a single token sequence."""
 
     def __init__(
-        self, engine: LlamaCppEngine, prompt_ids: list[int], budget: int, sampling: dict[str, float], seed: int
+        self,
+        engine: LlamaCppEngine,
+        prompt_ids: list[int],
+        budget: int,
+        sampling: dict[str, float],
+        seed: int,
+        on_text: Callable[[str], None] | None = None,
     ) -> None:
         self.engine = engine
+        self.on_text = on_text
+        self.sent = ""  # text passed to on_text so far
         self.llm = engine._llm
         self.prompt_ids = prompt_ids
         self.budget = budget
@@ -507,7 +520,25 @@ class _Runner:
                 cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=-1)
                 if cut >= 0:
                     return text[:cut], None, "stop"
+            self._send_text(text, stops, bool(tool_names))
         return self._decode(self.gen.token_ids[start:]), None, "length"
+
+    def _send_text(self, text: str, stops: list[str], may_be_call: bool) -> None:
+        """Pass on the part of ``text`` that can no longer change: not a possible call header, no stop string's start."""
+        if self.on_text is None or not text.startswith(self.sent):
+            return
+        opening = text.lstrip()
+        if may_be_call and (CALL_PREFIX.startswith(opening) or opening.startswith(CALL_PREFIX)):
+            return
+        safe = len(text)
+        for stop in stops:
+            for size in range(min(len(stop) - 1, len(text)), 0, -1):
+                if text.endswith(stop[:size]):
+                    safe = min(safe, len(text) - size)
+                    break
+        if safe > len(self.sent):
+            self.on_text(text[len(self.sent) : safe])
+            self.sent = text[:safe]
 
     def _arguments(self, tool: Tool) -> str | None:
         """Generate one grammar-constrained argument object; None when the budget ran out first."""

@@ -59,6 +59,9 @@ class OpenAIModel(SimpleResponsesAPIModel):
         if self.config.max_concurrent_requests is not None:
             self._semaphore = asyncio.Semaphore(self.config.max_concurrent_requests)
 
+    def model_ids(self) -> list[str]:
+        return [self.config.openai_model]
+
     async def responses(self, body: NeMoGymResponseCreateParamsNonStreaming) -> NeMoGymResponse:
         payload = self.config.extra_body | body.model_dump(mode="json", exclude_unset=True)
         if self.config.drop_input_reasoning_items and isinstance(payload.get("input"), list):

@@ -42,6 +42,9 @@ class ScriptedModel(SimpleResponsesAPIModel):
     def model_post_init(self, context: Any) -> None:
         self._ids = itertools.count()
 
+    def model_ids(self) -> list[str]:
+        return [self.config.model_name]
+
     def _turn(self, finished_tool_calls: int) -> list[dict[str, Any]]:
         return self.config.script[min(finished_tool_calls, len(self.config.script) - 1)]
 

@@ -129,6 +129,9 @@ class VLLMModel(SimpleResponsesAPIModel):
     # Routes
     # ------------------------------------------------------------------------------------------------------------------
 
+    def model_ids(self) -> list[str]:
+        return [self.config.model]
+
     async def responses(self, request: Request, body: NeMoGymResponseCreateParamsNonStreaming) -> NeMoGymResponse:
         chat_params = self._converter.responses_to_chat_completion_create_params(body)
         completion = await self.complete(chat_params, _session_id(request))

@@ -25,6 +25,7 @@ LAYERS: dict[str, int] = {
     "openai_responses": 2,
     "responses_converter": 2,
     "chat_to_responses": 2,
+    "streaming": 2,
     "jsonl": 2,
     "session_store": 2,
     "metrics": 2,

@@ -279,3 +279,17 @@ def test_a_call_the_model_writes_as_text_becomes_a_grammar_constrained_call(
     assert text.startswith("functions.get_weather:\n")
     assert len(message["generation_log_probs"]) == len(message["generation_token_ids"])
     assert -99.0 not in message["generation_log_probs"]  # what the model wrote as text was taken back
+
+
+def test_streamed_text_holds_back_a_possible_call_header_and_a_stop_strings_start() -> None:
+    from responses_api_models.llamacpp_model.engine import _Runner
+
+    runner = _Runner.__new__(_Runner)
+    sent: list[str] = []
+    runner.on_text, runner.sent = sent.append, ""
+    runner._send_text(" func", [], may_be_call=True)  # may still be "functions.<name>:"
+    assert sent == []
+    runner._send_text(" fun fact: EN", ["END"], may_be_call=True)  # "EN" may start the stop string
+    assert sent == [" fun fact: "]
+    runner._send_text(" fun fact: ENough", ["END"], may_be_call=True)
+    assert "".join(sent) == " fun fact: ENough"
