@@ -132,7 +132,10 @@ def _wait_for_instances(head_port: int, launcher: subprocess.Popen) -> list[dict
         assert launcher.poll() is None, launcher.stdout.read()
         try:
             head = f"http://127.0.0.1:{head_port}"
-            instances = httpx.get(f"{head}/server_instances", headers=run_headers(head, head_port), timeout=2).json()
+            got = httpx.get(f"{head}/server_instances", headers=run_headers(head, head_port), timeout=2)
+            # A 401 while the run starts: the token was read before the launcher wrote its token file (the head
+            # socket already accepts connections then); the next poll reads the new file.
+            instances = got.json() if got.status_code == 200 else []
             if instances and all(i.get("ready") for i in instances):
                 return instances
         except httpx.HTTPError:
