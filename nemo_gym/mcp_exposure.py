@@ -133,7 +133,7 @@ def expose_tools_over_mcp(app: FastAPI, server_name: str, cookie_name: str) -> N
             return _error(f"{SESSION_TOKEN_HEADER} is missing or invalid: send the one /seed_session answered")
         transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
         async with httpx.AsyncClient(transport=transport, base_url="http://mcp.invalid") as client:
-            answer = await client.post(f"/{name}", json=arguments, cookies={cookie_name: token})
+            answer = await client.post(f"/{name}", json=arguments, headers={"cookie": f"{cookie_name}={token}"})
         if answer.status_code >= 400:
             return _error(f"Tool {name!r} failed (HTTP {answer.status_code}): {answer.text[:2000]}")
         try:
