@@ -15,6 +15,8 @@ from pydantic import BaseModel, ConfigDict
 
 from nemo_gym.config.server_models import BaseRunServerInstanceConfig
 from nemo_gym.judge import judge_failsafe as _judge_failsafe
+from nemo_gym.mcp_exposure import METADATA_KEY as _MCP_METADATA_KEY
+from nemo_gym.mcp_exposure import expose_tools_over_mcp as _expose_tools_over_mcp
 from nemo_gym.metrics import (
     AggregateMetrics,
     AggregateMetricsRequest,
@@ -48,7 +50,7 @@ __all__ = [
     "aggregate_verify_responses",
 ]
 
-NEMO_GYM_MCP_METADATA_KEY = "mcp"
+NEMO_GYM_MCP_METADATA_KEY = _MCP_METADATA_KEY
 """The key of a ``/seed_session`` answer that carries a rollout's MCP connection details."""
 
 
@@ -63,6 +65,9 @@ class ReverifyMode(StrEnum):
 class BaseResourcesServerConfig(BaseRunServerInstanceConfig):
     REVERIFY_MODE: ClassVar[ReverifyMode | str] = ReverifyMode.UNKNOWN
     """Whether ``/verify`` can be re-run on a stored rollout without replaying its tool calls."""
+
+    expose_tools_over_mcp: bool = False
+    """Also serve the tool routes over MCP at ``/mcp``, one rollout session per token (:mod:`nemo_gym.mcp_exposure`)."""
 
 
 class BaseSeedSessionRequest(BaseModel):
@@ -128,6 +133,8 @@ class SimpleResourcesServer(MetricsHooks, SimpleServer):
         app.post("/verify")(_judge_failsafe(self.verify))
         app.post("/aggregate_metrics")(self.aggregate_metrics)
         app.get("/reverify_mode")(self.reverify_mode)
+        if getattr(self.config, "expose_tools_over_mcp", False):
+            _expose_tools_over_mcp(app, self.config.name, self.session_cookie_name)
         return app
 
     async def seed_session(self, body: BaseSeedSessionRequest) -> BaseSeedSessionResponse:

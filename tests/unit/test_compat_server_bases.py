@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 from unittest.mock import MagicMock
 
 import pytest
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from nemo_gym.base_resources_server import (
@@ -114,14 +115,23 @@ def test_unusable_skills_are_one_line_errors(tmp_path: Path) -> None:
     assert issubclass(SkillsError, ConfigError)
 
 
-def test_mcp_exposure_is_off_unless_asked_and_refused_when_asked() -> None:
+def test_mcp_exposure_is_off_unless_asked_and_served_when_asked() -> None:
     server = MagicMock()
     server.config.expose_tools_over_mcp = False
     assert maybe_auto_expose(server, MagicMock()) is None
     server.config.expose_tools_over_mcp = True
     server.config.name = "weather"
-    with pytest.raises(ConfigError, match="weather: expose_tools_over_mcp"):
-        maybe_auto_expose(server, MagicMock())
+    server.session_cookie_name = "W___weather"
+    app = FastAPI()
+
+    @app.post("/get_weather")
+    async def get_weather(body: dict) -> dict:
+        """The weather."""
+        return {}
+
+    assert set(maybe_auto_expose(server, app) or {}) == {"get_weather"}
+    assert maybe_auto_expose(server, app) is not None  # a second call mounts nothing more
+    assert [getattr(r, "path", None) for r in app.router.routes].count("/mcp") == 2  # the Route and the Mount
 
 
 def test_either_reverify_mode_method_can_be_overridden() -> None:

@@ -47,6 +47,7 @@ LAYERS: dict[str, int] = {
     "base_responses_api_agent": 5,
     "base_gymnasium_server": 5,
     "judge": 5,
+    "mcp_exposure": 5,
     "observability/": 5,
     "rollout_correlation": 5,
     "rollout_observability": 5,
