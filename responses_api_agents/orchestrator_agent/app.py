@@ -1,0 +1,83 @@
+"""orchestrator_agent: a two-agent example. It owns the environment's session and delegates the solving to another agent.
+
+One rollout = ``/seed_session`` on the resources server → ``/v1/responses`` on the worker agent (any agent of the run:
+``simple_agent``, ``langgraph_agent``, ...), called through ``ServerClient`` with the rollout's cookies → ``/verify``.
+The worker runs its own loop (model calls, tool calls); because it receives the resources server's session cookie, its
+tool calls land in the session the orchestrator seeded, and the orchestrator's ``/verify`` sees their effects. Calls
+made inside an admitted request carry the nested header, so a worker under load never waits behind its own caller.
+
+``brief``, when set, is handed to the worker as the request's ``instructions``: the orchestrator's word to its worker.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import Request, Response
+
+from nemo_gym.base_resources_server import BaseRunRequest
+from nemo_gym.base_responses_api_agent import BaseResponsesAPIAgentConfig, SimpleResponsesAPIAgent
+from nemo_gym.config_types import AgentServerRef, AggregateMetrics, AggregateMetricsRequest, ResourcesServerRef
+from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParamsNonStreaming
+from nemo_gym.server_utils import json_response
+from nemo_gym.transport.http_client import cookies_from, raise_for_status, response_json
+
+
+class OrchestratorAgentConfig(BaseResponsesAPIAgentConfig):
+    resources_server: ResourcesServerRef
+    worker_agent: AgentServerRef
+    """The agent that solves each task (its ``/v1/responses``)."""
+    brief: str | None = None
+    """Instructions for the worker, sent as ``instructions`` on each delegated request (none: the row's own)."""
+
+
+class OrchestratorAgent(SimpleResponsesAPIAgent):
+    config: OrchestratorAgentConfig
+
+    async def delegate(self, params: dict[str, Any], cookies: dict[str, str]) -> dict[str, Any]:
+        """The worker's answer to ``params``; ``cookies`` (every server's session) go with it and come back updated."""
+        if self.config.brief is not None:
+            params = params | {"instructions": self.config.brief}
+        worker = self.config.worker_agent.name
+        answer = await self.server_client.post(worker, "/v1/responses", json=params, cookies=cookies)
+        raise_for_status(answer, worker, "/v1/responses")
+        cookies.update(cookies_from(answer))
+        return await response_json(answer)
+
+    async def responses(
+        self, request: Request, response: Response, body: NeMoGymResponseCreateParamsNonStreaming
+    ) -> NeMoGymResponse:
+        cookies = dict(request.cookies)
+        final = await self.delegate(body.model_dump(mode="json", exclude_unset=True), cookies)
+        for name, value in cookies.items():
+            if request.cookies.get(name) != value:
+                response.set_cookie(name, value)
+        return NeMoGymResponse.model_validate(final)
+
+    async def run(self, request: Request, body: BaseRunRequest) -> Response:
+        row = body.model_dump(mode="json", exclude_unset=True)
+        cookies = dict(request.cookies)
+        resources = self.config.resources_server.name
+        seeded = await self.server_client.post(resources, "/seed_session", json=row, cookies=cookies)
+        raise_for_status(seeded, resources, "/seed_session")
+        cookies.update(cookies_from(seeded))
+
+        final = await self.delegate(row["responses_create_params"], cookies)
+        if self.config.skip_verification:
+            return json_response(
+                row | {"response": final, "reward": self.config.skip_verification_reward, "verification_skipped": True}
+            )
+        verified = await self.server_client.post(resources, "/verify", json=row | {"response": final}, cookies=cookies)
+        raise_for_status(verified, resources, "/verify")
+        return json_response(await response_json(verified))
+
+    async def aggregate_metrics(self, body: AggregateMetricsRequest) -> AggregateMetrics:
+        """Metric logic lives with the environment: ask the resources server."""
+        resources = self.config.resources_server.name
+        answer = await self.server_client.post(resources, "/aggregate_metrics", json=body)
+        raise_for_status(answer, resources, "/aggregate_metrics")
+        return AggregateMetrics.model_validate(await response_json(answer))
+
+
+if __name__ == "__main__":
+    OrchestratorAgent.run_webserver()
