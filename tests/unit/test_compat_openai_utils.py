@@ -223,7 +223,7 @@ def test_dumps_have_the_keys_nemo_gym_environments_compare_against() -> None:
 def test_a_usage_dump_has_the_keys_of_the_installed_sdks_usage(monkeypatch: pytest.MonkeyPatch) -> None:
     """openai 2.7 (NeMo Gym's pin) has no ``cache_write_tokens``; its environments compare usage dicts without it.
     Newer SDKs require it. The dump follows whichever SDK is installed."""
-    import nemo_gym.openai_responses as wire
+    import nemo_gym.openai_usage as wire
 
     usage = wire.NeMoGymResponseUsage(input_tokens=5, output_tokens=2, total_tokens=7)
     monkeypatch.setattr(wire, "_SDK_COUNTS_CACHE_WRITES", False)

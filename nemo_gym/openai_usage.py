@@ -1,0 +1,103 @@
+"""Token usage of a Responses call, shaped as the installed `openai` SDK shapes it, and its sum over a rollout.
+
+Apart from `openai_responses.py` because usage is its own concern: which keys a dump has depends on the installed SDK
+(NeMo Gym's environments pin openai 2.7 and compare usage dicts), and counts are added up across a rollout's calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from pydantic import Field, field_validator
+
+from nemo_gym.openai_base import NeMoGymLenientModel
+
+__all__ = [
+    "NeMoGymResponseInputTokensDetails",
+    "NeMoGymResponseOutputTokensDetails",
+    "NeMoGymResponseUsage",
+    "accumulate_response_usage",
+]
+
+
+_SDK_COUNTS_CACHE_WRITES: bool | None = None
+"""Whether the installed ``openai`` has ``cache_write_tokens`` in its usage details (2.30 on; 2.7, NeMo Gym's pin, has
+not). None until the first usage dump asks: importing this module must not import the SDK."""
+
+
+def _unknown_to_the_sdk(_: object) -> bool:
+    """A usage dump has the keys the installed SDK's own model has: newer SDKs require ``cache_write_tokens``, and an
+    environment written for NeMo Gym on openai 2.7 compares usage dicts that lack it."""
+    global _SDK_COUNTS_CACHE_WRITES
+    if _SDK_COUNTS_CACHE_WRITES is None:
+        try:
+            from openai.types.responses.response_usage import InputTokensDetails
+
+            _SDK_COUNTS_CACHE_WRITES = "cache_write_tokens" in InputTokensDetails.model_fields
+        except ImportError:
+            _SDK_COUNTS_CACHE_WRITES = True
+    return not _SDK_COUNTS_CACHE_WRITES
+
+
+class NeMoGymResponseInputTokensDetails(NeMoGymLenientModel):
+    cached_tokens: int = 0
+    cache_write_tokens: int = Field(default=0, exclude_if=_unknown_to_the_sdk)
+
+    @field_validator("cached_tokens", "cache_write_tokens", mode="before")
+    @classmethod
+    def null_means_zero(cls, value: Any) -> Any:
+        """Some providers send null counts; the SDK requires integers, so null means "none counted"."""
+        return 0 if value is None else value
+
+
+class NeMoGymResponseOutputTokensDetails(NeMoGymLenientModel):
+    reasoning_tokens: int = 0
+
+    @field_validator("reasoning_tokens", mode="before")
+    @classmethod
+    def null_means_zero(cls, value: Any) -> Any:
+        """See `NeMoGymResponseInputTokensDetails.null_means_zero`."""
+        return 0 if value is None else value
+
+
+class NeMoGymResponseUsage(NeMoGymLenientModel):
+    input_tokens: int
+    input_tokens_details: NeMoGymResponseInputTokensDetails = Field(default_factory=NeMoGymResponseInputTokensDetails)
+    output_tokens: int
+    output_tokens_details: NeMoGymResponseOutputTokensDetails = Field(
+        default_factory=NeMoGymResponseOutputTokensDetails
+    )
+    total_tokens: int
+
+    @classmethod
+    def sum_from_list(cls, usages: Iterable[NeMoGymResponseUsage]) -> NeMoGymResponseUsage:
+        """The usage of several model calls added up (NeMo Gym's name); no calls at all is a usage of zero."""
+        total = cls(input_tokens=0, output_tokens=0, total_tokens=0)
+        for usage in usages:
+            total = accumulate_response_usage(total, usage) or total
+        return total
+
+
+_SUMMED_USAGE_FIELDS: tuple[tuple[str | None, tuple[str, ...]], ...] = (
+    (None, ("input_tokens", "output_tokens", "total_tokens")),
+    ("input_tokens_details", ("cached_tokens", "cache_write_tokens")),
+    ("output_tokens_details", ("reasoning_tokens",)),
+)
+"""Where the integer counts of a usage live (None: on the usage itself), for :func:`accumulate_response_usage`."""
+
+
+def accumulate_response_usage(
+    total: NeMoGymResponseUsage | None, additional: NeMoGymResponseUsage | None
+) -> NeMoGymResponseUsage | None:
+    """The usage of several model calls of one rollout added up (top-level counts and their details); ``total`` is
+    left untouched, and None stands for "no usage yet" on either side."""
+    if additional is None or total is None:
+        return total if additional is None else additional.model_copy(deep=True)
+    summed = total.model_copy(deep=True)
+    for part, names in _SUMMED_USAGE_FIELDS:
+        into = summed if part is None else getattr(summed, part)
+        extra = additional if part is None else getattr(additional, part)
+        for name in names:
+            setattr(into, name, getattr(into, name) + getattr(extra, name))
+    return summed
