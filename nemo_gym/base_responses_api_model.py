@@ -4,7 +4,8 @@ Subclasses implement ``responses()`` and ``chat_completions()``; bodies are vali
 request is a 422 naming the bad field rather than an error deep in the backend. ``stream: true`` needs nothing from
 a subclass: ``StreamingMiddleware`` (``nemo_gym/streaming.py``) turns the finished result into the event stream, and a
 subclass whose engine makes text incrementally may answer with its own stream (see ``stream_options``).
-``GET /v1/models`` lists ``model_ids()``.
+``GET /v1/models`` lists ``model_ids()``. ``POST /v1/messages`` (Anthropic's Messages API) needs nothing either:
+``MessagesMiddleware`` (``nemo_gym/anthropic_messages.py``) answers it through ``/v1/responses``.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any, ClassVar
 
 from fastapi import Body, FastAPI
 
+from nemo_gym.anthropic_messages import MessagesMiddleware as _MessagesMiddleware
 from nemo_gym.config.server_models import BaseRunServerInstanceConfig
 from nemo_gym.observability.capture import (
     CaptureStore,
@@ -69,6 +71,7 @@ class SimpleResponsesAPIModel(SimpleServer):
 
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()
+        app.add_middleware(_MessagesMiddleware)  # /v1/messages, answered by /v1/responses below
         app.add_middleware(_StreamingMiddleware)  # added before capture, so capture records the stream as sent
         capture = ModelCallCaptureConfig.of(getattr(self.server_client, "global_config_dict", None))
         install_model_call_capture(app, capture, model_server_name=self.config.name)

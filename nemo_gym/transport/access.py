@@ -10,7 +10,7 @@ Why a header of our own (:data:`TOKEN_HEADER`) and not ``Authorization: Bearer``
 clients with their own ``Authorization`` header (the ``openai`` SDK always sends its ``api_key`` there), and calls out
 of a model server to an upstream API carry the upstream's key in it. So our clients send :data:`TOKEN_HEADER`, and a
 model server also accepts ``Authorization: Bearer <token>``, so ``openai.OpenAI(base_url=..., api_key=<token>)``
-works against it.
+works against it, and ``x-api-key: <token>``, the header ``anthropic.Anthropic(base_url=..., api_key=<token>)`` sends.
 
 Our clients send the token only to servers of this run: :func:`register` records it per destination
 (``scheme://host:port`` of each server instance and the head server), and the pooled client adds the header to a call
@@ -207,8 +207,8 @@ _App = Callable[[_Scope, _Receive, _Send], Awaitable[None]]
 class AccessMiddleware:
     """ASGI middleware: the run token (401), a body-size limit (413) and JSON-only bodies (415), in one header scan.
 
-    ``token=None``: no token is required. ``accept_bearer``: ``Authorization: Bearer <token>`` also counts (model
-    servers). A body over ``max_body`` is refused from its ``Content-Length`` before the app runs, or, sent chunked,
+    ``token=None``: no token is required. ``accept_bearer``: ``Authorization: Bearer <token>`` and ``x-api-key:
+    <token>`` also count (model servers). A body over ``max_body`` is refused from its ``Content-Length`` before the app runs, or, sent chunked,
     as soon as the bytes read pass the limit: nothing past the limit is kept, so memory stays flat.
     """
 
@@ -224,6 +224,7 @@ class AccessMiddleware:
             return
         presented: bytes | None = None
         authorization: bytes | None = None
+        api_key: bytes | None = None
         content_type: bytes | None = None
         length: bytes | None = None
         chunked = False
@@ -232,13 +233,15 @@ class AccessMiddleware:
                 presented = value
             elif name == b"authorization":
                 authorization = value
+            elif name == b"x-api-key":
+                api_key = value
             elif name == b"content-type":
                 content_type = value
             elif name == b"content-length":
                 length = value
             elif name == b"transfer-encoding":
                 chunked = b"chunked" in value.lower()
-        if self._token is not None and not self._authorized(presented, authorization):
+        if self._token is not None and not self._authorized(presented, authorization, api_key):
             await _reply(send, 401, f"missing or wrong {TOKEN_HEADER} header: this server belongs to a run")
             return
         declared = _declared_length(length)
@@ -257,9 +260,11 @@ class AccessMiddleware:
         else:  # the HTTP parser never hands over more than the declared length
             await self.app(scope, receive, send)
 
-    def _authorized(self, presented: bytes | None, authorization: bytes | None) -> bool:
+    def _authorized(self, presented: bytes | None, authorization: bytes | None, api_key: bytes | None) -> bool:
         assert self._token is not None
         if presented is not None and hmac.compare_digest(presented, self._token):
+            return True
+        if self._bearer is not None and api_key is not None and hmac.compare_digest(api_key, self._token):
             return True
         if self._bearer is not None and authorization is not None:
             scheme, _, credential = authorization.partition(b" ")

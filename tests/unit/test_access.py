@@ -66,6 +66,14 @@ def test_bearer_counts_only_where_accepted() -> None:
     assert call({**bearer, "authorization": "Bearer sk-other"}, [b"{}"], accept_bearer=True)[0] == 401
 
 
+def test_x_api_key_counts_only_where_bearer_is_accepted() -> None:
+    """The ``anthropic`` SDK sends its ``api_key`` as ``x-api-key``: a model server takes the run token there too."""
+    api_key = {"content-type": "application/json", "x-api-key": TOKEN}
+    assert call(api_key, [b"{}"])[0] == 401
+    assert call(api_key, [b"{}"], accept_bearer=True)[0] == 200
+    assert call({**api_key, "x-api-key": TOKEN[:-1]}, [b"{}"], accept_bearer=True)[0] == 401
+
+
 @pytest.mark.parametrize(
     ("content_type", "status"),
     [("text/plain", 415), ("application/x-www-form-urlencoded", 415), ("multipart/form-data; boundary=x", 415),

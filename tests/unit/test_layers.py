@@ -27,6 +27,7 @@ LAYERS: dict[str, int] = {
     "responses_converter": 2,
     "chat_to_responses": 2,
     "streaming": 2,
+    "anthropic_messages": 2,
     "jsonl": 2,
     "session_store": 2,
     "metrics": 2,
