@@ -26,6 +26,8 @@ from nemo_gym.metrics import AggregateMetrics, AggregateMetricsRequest, aggregat
 from nemo_gym.observability import correlation as _correlation
 from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParamsNonStreaming
 from nemo_gym.server_utils import SimpleServer
+from nemo_gym.server_utils import json_response as _json_response
+from nemo_gym.transport import http_client as _http
 
 __all__ = [
     "AggregateMetrics",
@@ -122,6 +124,40 @@ class SimpleResponsesAPIAgent(_MetricsHooks, SimpleServer):
     async def aggregate_metrics(self, body: AggregateMetricsRequest) -> AggregateMetrics:
         """The resources server's default statistics, extended by this agent's metric hooks."""
         return self._aggregate_with_hooks(body.verify_responses)
+
+    # -- the steps every seed -> solve -> verify agent shares ---------------------------------------------------------
+
+    async def seed_rollout(self, resources: str, row: dict[str, Any], cookies: dict[str, str]) -> Any:
+        """``/seed_session`` on ``resources`` for ``row``; its session cookies join ``cookies``. Returns the answer."""
+        seeded = await self.server_client.post(resources, "/seed_session", json=row, cookies=cookies)
+        _http.raise_for_status(seeded, resources, "/seed_session")
+        cookies.update(_http.cookies_from(seeded))
+        return seeded
+
+    async def verify_rollout(
+        self, resources: str, row: dict[str, Any], final: dict[str, Any], cookies: dict[str, str]
+    ) -> Response:
+        """``/verify`` of ``final`` for ``row`` (or the configured reward when ``skip_verification`` is set)."""
+        config = self.config
+        if getattr(config, "skip_verification", False):
+            reward = getattr(config, "skip_verification_reward", 0.0)
+            return _json_response(row | {"response": final, "reward": reward, "verification_skipped": True})
+        verified = await self.server_client.post(resources, "/verify", json=row | {"response": final}, cookies=cookies)
+        _http.raise_for_status(verified, resources, "/verify")
+        return _json_response(await _http.response_json(verified))
+
+    async def resources_server_metrics(self, resources: str, body: AggregateMetricsRequest) -> AggregateMetrics:
+        """Metric logic lives with the environment: ``/aggregate_metrics`` of ``resources``."""
+        answer = await self.server_client.post(resources, "/aggregate_metrics", json=body)
+        _http.raise_for_status(answer, resources, "/aggregate_metrics")
+        return AggregateMetrics.model_validate(await _http.response_json(answer))
+
+    @staticmethod
+    def pass_on_new_cookies(request: Request, response: Response, cookies: dict[str, str]) -> None:
+        """Set on ``response`` the cookies a rollout gained or changed beyond those ``request`` came with."""
+        for name, value in cookies.items():
+            if request.cookies.get(name) != value:
+                response.set_cookie(name, value)
 
 
 def add_usage(total: dict[str, Any] | None, usage: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -33,9 +33,8 @@ from nemo_gym.base_responses_api_agent import BaseResponsesAPIAgentConfig, Simpl
 from nemo_gym.config_types import AggregateMetrics, AggregateMetricsRequest, ModelServerRef, ResourcesServerRef
 from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParamsNonStreaming
 from nemo_gym.responses_converter import ResponsesConverter
-from nemo_gym.server_utils import json_response
 from nemo_gym.transport import access
-from nemo_gym.transport.http_client import TransportError, cookies_from, raise_for_status, response_json
+from nemo_gym.transport.http_client import TransportError, cookies_from
 
 RESERVED_ROUTES = frozenset({"seed_session", "verify", "aggregate_metrics", "reverify_mode"})
 
@@ -173,34 +172,21 @@ class LangGraphAgent(SimpleResponsesAPIAgent):
         cookies = dict(request.cookies)
         rollout_id = request.path_params.get("rollout_id")
         final = await self.run_graph(body.model_dump(mode="json", exclude_unset=True), cookies, rollout_id)
-        for name, value in cookies.items():
-            if request.cookies.get(name) != value:
-                response.set_cookie(name, value)
+        self.pass_on_new_cookies(request, response, cookies)
         return NeMoGymResponse.model_validate(final)
 
     async def run(self, request: Request, body: BaseRunRequest) -> Response:
         row = body.model_dump(mode="json", exclude_unset=True)
         cookies = dict(request.cookies)
         resources = self.config.resources_server.name
-        seeded = await self.server_client.post(resources, "/seed_session", json=row, cookies=cookies)
-        raise_for_status(seeded, resources, "/seed_session")
-        cookies.update(cookies_from(seeded))
+        await self.seed_rollout(resources, row, cookies)
 
         final = await self.run_graph(row["responses_create_params"], cookies, self.rollout_id_from_run(body))
-        if self.config.skip_verification:
-            return json_response(
-                row | {"response": final, "reward": self.config.skip_verification_reward, "verification_skipped": True}
-            )
-        verified = await self.server_client.post(resources, "/verify", json=row | {"response": final}, cookies=cookies)
-        raise_for_status(verified, resources, "/verify")
-        return json_response(await response_json(verified))
+        return await self.verify_rollout(resources, row, final, cookies)
 
     async def aggregate_metrics(self, body: AggregateMetricsRequest) -> AggregateMetrics:
         """Metric logic lives with the environment: ask the resources server."""
-        resources = self.config.resources_server.name
-        answer = await self.server_client.post(resources, "/aggregate_metrics", json=body)
-        raise_for_status(answer, resources, "/aggregate_metrics")
-        return AggregateMetrics.model_validate(await response_json(answer))
+        return await self.resources_server_metrics(self.config.resources_server.name, body)
 
 
 def _responses_usage(usage: Any) -> dict[str, Any] | None:

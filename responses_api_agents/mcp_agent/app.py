@@ -24,7 +24,6 @@ from nemo_gym.base_resources_server import NEMO_GYM_MCP_METADATA_KEY, BaseRunReq
 from nemo_gym.base_responses_api_agent import BaseResponsesAPIAgentConfig, SimpleResponsesAPIAgent, add_usage
 from nemo_gym.config_types import AggregateMetrics, AggregateMetricsRequest, ModelServerRef, ResourcesServerRef
 from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParamsNonStreaming
-from nemo_gym.server_utils import json_response
 from nemo_gym.transport import access
 from nemo_gym.transport.http_client import cookies_from, raise_for_status, response_json
 
@@ -104,26 +103,15 @@ class MCPAgent(SimpleResponsesAPIAgent):
         row = body.model_dump(mode="json", exclude_unset=True)
         cookies = dict(request.cookies)
         resources = self.config.resources_server.name
-        seeded = await self.server_client.post(resources, "/seed_session", json=row, cookies=cookies)
-        raise_for_status(seeded, resources, "/seed_session")
-        cookies.update(cookies_from(seeded))
+        seeded = await self.seed_rollout(resources, row, cookies)
         async with AsyncExitStack() as stack:
             tools = await self._open(stack, seeded=await response_json(seeded))
             final = await self.run_loop(row["responses_create_params"], tools, cookies)
-        if self.config.skip_verification:
-            return json_response(
-                row | {"response": final, "reward": self.config.skip_verification_reward, "verification_skipped": True}
-            )
-        verified = await self.server_client.post(resources, "/verify", json=row | {"response": final}, cookies=cookies)
-        raise_for_status(verified, resources, "/verify")
-        return json_response(await response_json(verified))
+        return await self.verify_rollout(resources, row, final, cookies)
 
     async def aggregate_metrics(self, body: AggregateMetricsRequest) -> AggregateMetrics:
         """Metric logic lives with the environment: ask the resources server."""
-        resources = self.config.resources_server.name
-        answer = await self.server_client.post(resources, "/aggregate_metrics", json=body)
-        raise_for_status(answer, resources, "/aggregate_metrics")
-        return AggregateMetrics.model_validate(await response_json(answer))
+        return await self.resources_server_metrics(self.config.resources_server.name, body)
 
     async def _open(self, stack: AsyncExitStack, seeded: Any) -> MCPTools:
         tools = MCPTools()
