@@ -22,7 +22,7 @@ $(LLAMA_WHEEL):
 $(STAMP): pyproject.toml $(LLAMA_WHEEL)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@test -x $(BIN)/uv || $(BIN)/python -m pip install --quiet --disable-pip-version-check uv
-	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python --find-links $(WHEELHOUSE) -e '.[dev,embedded,environments,agents,registries,mlflow-server]'
+	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python --find-links $(WHEELHOUSE) -e '.[dev,embedded,environments,agents,registries,mlflow-server,train,ray]'
 	@rm -f $(VENV)/.installed-*
 	@touch $(STAMP)
 
