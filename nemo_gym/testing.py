@@ -11,7 +11,7 @@ import contextlib
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -267,3 +267,46 @@ def assistant_response(*texts: str, extra_output: list[dict[str, Any]] | None = 
         {"id": "resp_test", "created_at": 0, "model": "test", "object": "response", "parallel_tool_calls": True,
          "tool_choice": "auto", "tools": [], "output": [*(extra_output or []), *messages]}
     )  # fmt: skip
+
+
+@contextlib.asynccontextmanager
+async def asgi_clients(timeout_s: float = 60.0) -> AsyncIterator[Callable[[Any], Any]]:
+    """A factory of in-process ``httpx.AsyncClient``s, one per server (``factory(server)`` serves
+    ``server.setup_webserver()``, errors answered as the server answers them); all closed at the end, with the pooled
+    upstream session of this loop."""
+    import httpx
+
+    clients: list[httpx.AsyncClient] = []
+
+    def factory(server: Any) -> httpx.AsyncClient:
+        transport = httpx.ASGITransport(app=server.setup_webserver(), raise_app_exceptions=False)
+        clients.append(httpx.AsyncClient(transport=transport, base_url="http://server", timeout=timeout_s))
+        return clients[-1]
+
+    try:
+        yield factory
+    finally:
+        for client in clients:
+            await client.aclose()
+        await http_client.close_session()
+
+
+def eval_run(workdir: Any, *args: str, timeout_s: float = 280.0) -> list[dict[str, Any]]:
+    """``gym eval run ARGS`` in its own process (shared venv, a free head-server port, caches under ``workdir``);
+    returns the scored rows of ``workdir/rollouts.jsonl``, or raises with the command's output if it failed."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    output = Path(workdir) / "rollouts.jsonl"
+    command = [
+        sys.executable, "-m", "nemo_gym.cli.main", "eval", "run", *args, "--output", str(output),
+        "+shared_venv=true", "+head_server={port: 0}", f"+cache_dir={Path(workdir) / 'cache'}",
+    ]  # fmt: skip
+    env = os.environ | {"NEMO_GYM_ENV_YAML": "", "PYTHONUNBUFFERED": "1"}
+    done = subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout_s)
+    if done.returncode != 0:
+        raise AssertionError(f"gym eval run exited {done.returncode}:\n{done.stdout}{done.stderr}")
+    return [json.loads(line) for line in output.read_text().splitlines()]

@@ -18,7 +18,7 @@ import openai
 import pytest
 
 from nemo_gym.server_utils import ServerClient
-from nemo_gym.testing import serve_in_thread
+from nemo_gym.testing import asgi_clients, serve_in_thread
 from responses_api_models.anthropic_model.app import AnthropicModel, AnthropicModelConfig
 from responses_api_models.anthropic_model.tests.conftest import Replay
 
@@ -45,16 +45,8 @@ def make_server(replay: Replay, **config: Any) -> AnthropicModel:
 
 @pytest.fixture
 async def connect() -> AsyncIterator[Callable[[AnthropicModel], httpx.AsyncClient]]:
-    clients: list[httpx.AsyncClient] = []
-
-    def factory(server: AnthropicModel) -> httpx.AsyncClient:
-        transport = httpx.ASGITransport(app=server.setup_webserver(), raise_app_exceptions=False)
-        clients.append(httpx.AsyncClient(transport=transport, base_url="http://model", timeout=60))
-        return clients[-1]
-
-    yield factory
-    for client in clients:
-        await client.aclose()
+    async with asgi_clients() as factory:
+        yield factory
 
 
 async def test_weather_tool_use_then_answer(replay: Replay, connect: Callable) -> None:

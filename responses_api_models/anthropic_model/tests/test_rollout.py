@@ -6,14 +6,11 @@ agent, the adapter and the Messages wire format agree end to end.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from nemo_gym.testing import eval_run
 from responses_api_models.anthropic_model.tests.conftest import Replay
 
 pytestmark = pytest.mark.timeout(300)
@@ -23,19 +20,11 @@ WEATHER = "example_single_tool_call"
 
 
 def test_gym_eval_run_scores_rollouts_through_the_adapter(replay: Replay, tmp_path: Path) -> None:
-    workdir = tmp_path
-    output = workdir / "rollouts.jsonl"
-    args = [
-        sys.executable, "-m", "nemo_gym.cli.main", "eval", "run", "--resources-server", WEATHER,
-        "--model-type", "anthropic_model", "--agent", f"{WEATHER}_simple_agent", "--limit", "2",
-        "--input", str(ROOT / "resources_servers" / WEATHER / "data" / "example.jsonl"), "--output", str(output),
+    rows = eval_run(
+        tmp_path, "--resources-server", WEATHER, "--model-type", "anthropic_model", "--agent", f"{WEATHER}_simple_agent",
+        "--input", str(ROOT / "resources_servers" / WEATHER / "data" / "example.jsonl"), "--limit", "2",
         f"+policy_base_url={replay.url}", f"+policy_api_key={replay.api_key}", f"+policy_model_name={replay.model}",
-        "+shared_venv=true", "+head_server={port: 0}", f"+cache_dir={workdir / 'cache'}",
-    ]  # fmt: skip
-    env = os.environ | {"NEMO_GYM_ENV_YAML": "", "PYTHONUNBUFFERED": "1"}
-    done = subprocess.run(args, cwd=workdir, env=env, capture_output=True, text=True, timeout=280)
-    assert done.returncode == 0, done.stdout + done.stderr
-    rows = [json.loads(line) for line in output.read_text().splitlines()]
+    )  # fmt: skip
     assert len(rows) == 2 and all(row["reward"] == 1.0 for row in rows)
     for row in rows:
         assert [item["type"] for item in row["response"]["output"]] == [

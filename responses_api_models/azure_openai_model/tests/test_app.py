@@ -17,8 +17,7 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
 from nemo_gym.server_utils import ServerClient
-from nemo_gym.testing import serve_in_thread
-from nemo_gym.transport.http_client import close_session
+from nemo_gym.testing import asgi_clients, serve_in_thread
 from responses_api_models.azure_openai_model.app import AzureOpenAIModel, AzureOpenAIModelConfig
 
 pytestmark = pytest.mark.timeout(60)
@@ -83,17 +82,8 @@ def make_server(endpoint: str, **config: Any) -> AzureOpenAIModel:
 
 @pytest.fixture
 async def connect() -> AsyncIterator[Callable[[AzureOpenAIModel], httpx.AsyncClient]]:
-    clients: list[httpx.AsyncClient] = []
-
-    def factory(server: AzureOpenAIModel) -> httpx.AsyncClient:
-        transport = httpx.ASGITransport(app=server.setup_webserver(), raise_app_exceptions=False)
-        clients.append(httpx.AsyncClient(transport=transport, base_url="http://model", timeout=30))
-        return clients[-1]
-
-    yield factory
-    for client in clients:
-        await client.aclose()
-    await close_session()
+    async with asgi_clients(timeout_s=30) as factory:
+        yield factory
 
 
 async def test_responses_tool_loop_through_the_deployment(azure: tuple[str, list], connect: Callable) -> None:

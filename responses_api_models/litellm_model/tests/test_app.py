@@ -4,9 +4,6 @@ a recording fake (what LiteLLM sends) and our scripted model server (tool calls,
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +13,7 @@ import httpx
 import pytest
 
 from nemo_gym.server_utils import ServerClient
-from nemo_gym.testing import FakeUpstream, serve_in_thread
+from nemo_gym.testing import FakeUpstream, asgi_clients, eval_run, serve_in_thread
 from responses_api_models.litellm_model.app import LiteLLMModel, LiteLLMModelConfig
 from responses_api_models.scripted_model.app import ScriptedModel, ScriptedModelConfig
 
@@ -46,16 +43,8 @@ def scripted() -> Iterator[str]:
 
 @pytest.fixture
 async def connect() -> AsyncIterator[Callable[[LiteLLMModel], httpx.AsyncClient]]:
-    clients: list[httpx.AsyncClient] = []
-
-    def factory(server: LiteLLMModel) -> httpx.AsyncClient:
-        transport = httpx.ASGITransport(app=server.setup_webserver(), raise_app_exceptions=False)
-        clients.append(httpx.AsyncClient(transport=transport, base_url="http://model", timeout=120))
-        return clients[-1]
-
-    yield factory
-    for client in clients:
-        await client.aclose()
+    async with asgi_clients(timeout_s=120) as factory:
+        yield factory
 
 
 def chat_reply(body: Any) -> tuple[int, dict[str, Any]]:
@@ -117,18 +106,11 @@ async def test_a_provider_error_is_a_502_naming_the_endpoint(connect: Callable) 
 
 
 def test_gym_eval_run_scores_rollouts_through_litellm(scripted: str, tmp_path: Path) -> None:
-    output = tmp_path / "rollouts.jsonl"
-    args = [
-        sys.executable, "-m", "nemo_gym.cli.main", "eval", "run", "--resources-server", WEATHER,
-        "--model-type", "litellm_model", "--agent", f"{WEATHER}_simple_agent", "--limit", "2",
-        "--input", str(ROOT / "resources_servers" / WEATHER / "data" / "example.jsonl"), "--output", str(output),
+    rows = eval_run(
+        tmp_path, "--resources-server", WEATHER, "--model-type", "litellm_model", "--agent", f"{WEATHER}_simple_agent",
+        "--input", str(ROOT / "resources_servers" / WEATHER / "data" / "example.jsonl"), "--limit", "2",
         f"+policy_base_url={scripted}", "+policy_api_key=sk-loopback", "+policy_model_name=openai/scripted",
-        "+shared_venv=true", "+head_server={port: 0}", f"+cache_dir={tmp_path / 'cache'}",
-    ]  # fmt: skip
-    env = os.environ | {"NEMO_GYM_ENV_YAML": "", "PYTHONUNBUFFERED": "1"}
-    done = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=280)
-    assert done.returncode == 0, done.stdout + done.stderr
-    rows = [json.loads(line) for line in output.read_text().splitlines()]
+    )  # fmt: skip
     assert len(rows) == 2 and all(row["reward"] == 1.0 for row in rows)
     for row in rows:
         assert [item["type"] for item in row["response"]["output"]] == [
