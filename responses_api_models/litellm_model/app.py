@@ -19,7 +19,7 @@ import contextlib
 import os
 from typing import Any
 
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # read by LiteLLM when imported, just below
 
 import litellm
 import openai
@@ -34,6 +34,8 @@ from nemo_gym.openai_utils import (
 )
 from nemo_gym.responses_converter import ResponsesConverter
 from nemo_gym.transport.types import ServerRequestError, ServerTimeoutError
+
+litellm.suppress_debug_info = True  # no "Give Feedback / Get Help" banner on every failed call
 
 _NOT_SENT = ("model", "metadata", "stream", "stream_options")
 """Chat fields never passed to LiteLLM: the model is the configured one, ``metadata`` carries our per-request extras

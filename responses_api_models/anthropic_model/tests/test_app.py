@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 from unittest.mock import MagicMock
 
+import anthropic
 import httpx
 import openai
 import pytest
@@ -157,3 +158,18 @@ def test_the_openai_sdk_streams_from_the_adapter(replay: Replay) -> None:
         assert calls[0].function.name == "get_weather"
         assert json.loads("".join(c.function.arguments or "" for c in calls)) == {"city": "Paris"}
     assert replay.report()["served"]["weather_paris_1_tool_use"] >= 3
+
+
+def test_the_anthropic_sdk_talks_messages_to_the_adapter(replay: Replay) -> None:
+    """Messages in (``/v1/messages``, served by every model server), Messages upstream: the same recorded call."""
+    tool = PARIS["tools"][0]
+    with serve_in_thread(make_server(replay).setup_webserver()) as url:
+        client = anthropic.Anthropic(base_url=url, api_key="unused", max_retries=0, timeout=60)
+        message = client.messages.create(
+            model="policy", max_tokens=4096, system=PARIS["input"][0]["content"],
+            messages=[{"role": "user", "content": PARIS["input"][1]["content"]}],
+            tools=[{"name": tool["name"], "description": tool["description"], "input_schema": tool["parameters"]}],
+        )  # fmt: skip
+    assert message.stop_reason == "tool_use"
+    assert [block.type for block in message.content] == ["text", "tool_use"]
+    assert message.content[1].input == {"city": "Paris"}  # type: ignore[union-attr]

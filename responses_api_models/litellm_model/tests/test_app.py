@@ -4,6 +4,7 @@ a recording fake (what LiteLLM sends) and our scripted model server (tool calls,
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -116,3 +117,10 @@ def test_gym_eval_run_scores_rollouts_through_litellm(scripted: str, tmp_path: P
         assert [item["type"] for item in row["response"]["output"]] == [
             "function_call", "function_call_output", "message"
         ]  # fmt: skip
+
+
+def test_litellm_was_imported_with_its_local_cost_map() -> None:
+    """Set before LiteLLM's import, so it never fetches its cost map from the internet (none here)."""
+    import litellm
+
+    assert os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] == "True" and litellm.model_cost
