@@ -189,6 +189,14 @@ def test_list_resources_servers_models_and_agents(tree, capsys):
     assert "simple_agent" in [row["name"] for row in json.loads(out)]
 
 
+def test_list_models_shows_the_bundled_provider_servers(workdir, capsys):
+    """From any directory: the install root is a search root, so the bundled model servers are listed."""
+    _, out, _ = run(capsys, "list", "models", "--json")
+    rows = {row["name"]: row for row in json.loads(out)}
+    assert {"anthropic_model", "litellm_model", "azure_openai_model"} <= set(rows)
+    assert "Anthropic" in rows["anthropic_model"]["description"]
+
+
 def test_search_is_fuzzy(tree, capsys):
     _, out, _ = run(capsys, "search", "wether", "--json")
     assert "weather_env" in [row["name"] for row in json.loads(out)]
