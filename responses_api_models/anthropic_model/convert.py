@@ -4,7 +4,7 @@
 Pure functions over dicts, so the mapping can be read and tested without a server:
 
 * request: ``instructions`` and every system / developer message become ``system``; user and assistant text become
-  text blocks; a ``function_call`` becomes a ``tool_use`` block of the assistant turn and a ``function_call_output``
+  text blocks, images image blocks; a ``function_call`` becomes a ``tool_use`` block of the assistant turn and a ``function_call_output``
   a ``tool_result`` block of the next user turn; consecutive blocks of one role share one message, as Anthropic
   wants a tool's result in the user turn right after the call. A ``reasoning`` item that came from Anthropic (it
   carries the block's signature in ``encrypted_content``) is sent back as its ``thinking`` block, which Anthropic
@@ -54,9 +54,19 @@ def _content_blocks(content: Any, where: str) -> list[Block]:
             blocks.append({"type": "text", "text": part.get("text", "")})
         elif kind == "refusal":
             blocks.append({"type": "text", "text": part.get("refusal", "")})
+        elif kind == "input_image" and part.get("image_url"):
+            blocks.append({"type": "image", "source": _image_source(part["image_url"])})
         else:
             raise UnsupportedInputError(f"{where}: content part {kind!r} has no Messages API form in this adapter")
     return blocks
+
+
+def _image_source(url: str) -> Block:
+    """A data URL becomes Anthropic's base64 source, anything else its URL source."""
+    if url.startswith("data:") and ";base64," in url:
+        media_type, data = url[len("data:") :].split(";base64,", 1)
+        return {"type": "base64", "media_type": media_type, "data": data}
+    return {"type": "url", "url": url}
 
 
 def _tool_result(item: dict[str, Any]) -> Block:

@@ -66,9 +66,19 @@ def test_redacted_thinking_round_trips_through_a_reasoning_item() -> None:
     }  # fmt: skip
 
 
+def test_images_become_image_blocks() -> None:
+    content = [{"type": "input_image", "image_url": "data:image/png;base64,iVBORw0K", "detail": "auto"},
+               {"type": "input_image", "image_url": "https://example.com/cat.jpg", "detail": "auto"}]  # fmt: skip
+    blocks = messages_request({"input": [{"role": "user", "content": content}]}, "m", 1)["messages"][0]["content"]
+    assert blocks == [
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0K"}},
+        {"type": "image", "source": {"type": "url", "url": "https://example.com/cat.jpg"}},
+    ]
+
+
 def test_unsupported_input_names_the_item() -> None:
-    with pytest.raises(UnsupportedInputError, match=r"input\.0: content part 'input_image'"):
-        messages_request({"input": [{"role": "user", "content": [{"type": "input_image"}]}]}, "m", 1)
+    with pytest.raises(UnsupportedInputError, match=r"input\.0: content part 'input_file'"):
+        messages_request({"input": [{"role": "user", "content": [{"type": "input_file"}]}]}, "m", 1)
 
 
 def test_chat_completion_carries_thinking_as_think_spans() -> None:
