@@ -233,9 +233,9 @@ COMMANDS: tuple[Command, ...] = (
         ),
         examples=(
             "example: gym dataset export --format sft --input resources_servers/example_single_tool_call/data/"
-            "example_rollouts.jsonl --output data/weather_sft.jsonl",
+            "example_rollouts.jsonl --output data/example_sft.jsonl",
             "example: gym dataset export --format dpo --input results/shard_0.jsonl --input results/shard_1.jsonl "
-            "--output data/weather_pairs.jsonl --pairs all --min-margin 0.5",
+            "--output data/shard_pairs.jsonl --pairs all --min-margin 0.5",
         ),
     ),
 )
