@@ -135,8 +135,12 @@ def _check_options(options: ExportOptions) -> None:
     if not options.inputs:
         raise ConfigError("--input is required: the rollouts file(s) written by `gym eval run`")
     for path in options.inputs:
-        if not path.is_file():
+        if not path.exists():
             raise ConfigError(f"--input {path} does not exist (give a rollouts .jsonl written by `gym eval run`)")
+        try:
+            path.open("rb").close()
+        except OSError as e:
+            raise ConfigError(f"--input {path}: cannot read it ({e.strerror or e})") from None
         if path.resolve() == options.output.resolve():
             raise ConfigError(f"--output {options.output} is also an --input; choose another output file")
     check_writable_output(options.output)
