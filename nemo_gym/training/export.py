@@ -78,7 +78,8 @@ class ExportStats:
 
     @property
     def mean_kept_reward(self) -> float | None:
-        return self.kept_reward_sum / self.rows_written if self.rows_written and self.format == "sft" else None
+        """SFT: the mean reward of the conversations written (None before any)."""
+        return self.kept_reward_sum / self.rows_written if self.rows_written else None
 
     def lines(self) -> list[str]:
         """The statistics as the CLI prints them."""

@@ -76,7 +76,7 @@ def test_sft_export_trains_one_step_in_sfttrainer(weather_runs: WeatherRuns, tok
     stats = export_rollouts(ExportOptions(inputs=inputs, output=output, format="sft", show_progress=False))
     assert stats.rows_written == TASKS * REPEATS and stats.filtered == {"below_min_reward": TASKS * REPEATS}
 
-    dataset = load_dataset("json", data_files=str(output), split="train")
+    dataset = load_dataset("json", data_files=str(output), split="train", cache_dir=str(tmp_path / "hf"))
     trainer = SFTTrainer(
         model=tiny_model(tokenizer), args=SFTConfig(**common_args(tmp_path / "sft")), train_dataset=dataset,
         processing_class=tokenizer,
@@ -98,7 +98,7 @@ def test_dpo_export_trains_one_step_in_dpotrainer(weather_runs: WeatherRuns, tok
     stats = export_rollouts(ExportOptions(inputs=inputs, output=output, format="dpo", show_progress=False))
     assert stats.tasks == TASKS and stats.rows_written == TASKS  # best-worst: one pair per task
 
-    dataset = load_dataset("json", data_files=str(output), split="train")
+    dataset = load_dataset("json", data_files=str(output), split="train", cache_dir=str(tmp_path / "hf"))
     assert set(dataset["chosen_reward"]) == {1.0} and set(dataset["rejected_reward"]) == {0.0}
     model = tiny_model(tokenizer)
     trainer = DPOTrainer(
