@@ -4,7 +4,7 @@ from nemo_gym.cli.command import Command
 from nemo_gym.cli.commands import authoring, catalog, dataset, dataset_registry, env, eval, launch, view
 
 GROUP_HELP = {
-    "dataset": "validate, collate and render datasets; upload and download them (hf, gitlab, local)",
+    "dataset": "validate, collate, render and export datasets (SFT/DPO); upload and download them (hf, gitlab, local)",
     "dev": "contributor tools",
     "env": "compose, check and run the servers of an environment",
     "eval": "collect scored rollouts and compute their metrics",

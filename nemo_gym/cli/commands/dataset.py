@@ -13,12 +13,16 @@ from typing import Any
 from nemo_gym.cli.command import Command, Invocation
 from nemo_gym.cli.flags import CONFIG_FLAGS, Flag
 from nemo_gym.cli.output import GymConsole, console, err_console
+from nemo_gym.errors import ConfigError
 from nemo_gym.global_config import parse_global_config_dict
+from nemo_gym.training.export_config import DEFAULT_MIN_MARGIN, DEFAULT_MIN_REWARD, DEFAULT_PAIR_MODE
 
 EXIT_INVALID_ROWS = 3
 """Exit code of a collate run that skipped offending rows (each reported as file:line; the output lacks them)."""
 EXIT_METRICS_CONFLICT = 4
 """Exit code of a collate run whose metrics disagree with a metrics file on disk (see the *_conflict.json files)."""
+MAX_PROBLEMS_SHOWN = 20
+"""Problem rows listed by ``gym dataset export`` (the rest are counted)."""
 
 COLLATE_FLAGS = (
     Flag(("--mode",), "train_preparation (train, validation, benchmark datasets) or example_validation (example)",
@@ -36,6 +40,25 @@ RENDER_FLAGS = (
     Flag(("--prompt-config",), "prompt YAML with a `user` (and optional `system`) template",
          override_key="prompt_config", metavar="PATH"),
     Flag(("--output", "-o"), "JSONL file for the rendered rows", override_key="output_jsonl_fpath", metavar="PATH"),
+)  # fmt: skip
+
+EXPORT_FLAGS = (
+    Flag(("--format", "-f"), "sft: conversations of well-scored rollouts; dpo: chosen/rejected pairs per task",
+         metavar="sft|dpo"),
+    Flag(("--input", "-i"), "rollouts .jsonl written by `gym eval run` (repeatable: runs of the same inputs)",
+         repeatable=True, metavar="PATH"),
+    Flag(("--output", "-o"), "JSONL file for the dataset", metavar="PATH"),
+    Flag(("--min-reward",), f"sft: keep rollouts with reward >= this (default {DEFAULT_MIN_REWARD:g})",
+         value_type=float),
+    Flag(("--pairs",), f"dpo: best-worst (one pair per task) or all (every two rollouts whose rewards differ; "
+         f"default {DEFAULT_PAIR_MODE})", metavar="best-worst|all"),
+    Flag(("--min-margin",), f"dpo: chosen's reward must exceed rejected's by at least this (ties never pair; default "
+         f"{DEFAULT_MIN_MARGIN:g})", value_type=float, minimum=0),
+    Flag(("--keep-incomplete",), "also export responses cut off at their token limit (status: incomplete)",
+         switch=True),
+    Flag(("--strict",), "stop at the first row that cannot be used (default: skip it, report it as file:line, exit 3)",
+         switch=True),
+    Flag(("--overwrite",), "replace an existing --output", switch=True),
 )  # fmt: skip
 
 
@@ -119,6 +142,56 @@ def render(invocation: Invocation) -> int:
     return 0
 
 
+def export(invocation: Invocation) -> int:
+    from nemo_gym.training.export import export_rollouts
+    from nemo_gym.training.export_config import ExportOptions
+
+    stray = [token for token in invocation.overrides if token != "++verbose=true"]
+    if stray:
+        raise ConfigError(f"gym dataset export: unknown argument {stray[0]!r}; see `gym dataset export --help`")
+    export_format = invocation.get("format")
+    if not export_format or not invocation.get("output"):
+        raise ConfigError("gym dataset export needs --format sft|dpo, --input ROLLOUTS.jsonl and --output PATH")
+    only_for = {
+        "min_reward": ("--min-reward", "sft"),
+        "pairs": ("--pairs", "dpo"),
+        "min_margin": ("--min-margin", "dpo"),
+    }
+    for name, (flag, wanted) in only_for.items():
+        if invocation.get(name) is not None and export_format != wanted:
+            raise ConfigError(f"{flag} applies to --format {wanted} only")
+    options = ExportOptions(
+        inputs=tuple(Path(p).expanduser() for p in invocation.get("input") or ()),
+        output=Path(invocation.get("output")).expanduser(),
+        format=export_format,
+        min_reward=_given(invocation, "min_reward", DEFAULT_MIN_REWARD),
+        min_margin=_given(invocation, "min_margin", DEFAULT_MIN_MARGIN),
+        pairs=_given(invocation, "pairs", DEFAULT_PAIR_MODE),
+        keep_incomplete=bool(invocation.get("keep_incomplete")),
+        strict=bool(invocation.get("strict")),
+        overwrite=bool(invocation.get("overwrite")),
+    )
+    stats = export_rollouts(options)
+    for line in stats.lines():
+        console.print(line, markup=False)
+    if stats.problems:
+        err_console.print(f"{len(stats.problems)} row(s) could not be used, not exported (--strict stops at the first):",
+                          markup=False)  # fmt: skip
+        for problem in stats.problems[:MAX_PROBLEMS_SHOWN]:
+            err_console.print(f"  {problem}", markup=False)
+        if len(stats.problems) > MAX_PROBLEMS_SHOWN:
+            err_console.print(f"  … {len(stats.problems) - MAX_PROBLEMS_SHOWN} more", markup=False)
+        return EXIT_INVALID_ROWS
+    if not stats.rows_written:
+        err_console.print("warning: the dataset is empty; see what was left out above", markup=False)
+    return 0
+
+
+def _given(invocation: Invocation, name: str, default: Any) -> Any:
+    value = invocation.get(name)
+    return default if value is None else value
+
+
 COMMANDS: tuple[Command, ...] = (
     Command(
         "dataset",
@@ -144,5 +217,25 @@ COMMANDS: tuple[Command, ...] = (
         render,
         RENDER_FLAGS,
         examples=("example: gym dataset render --input raw.jsonl --prompt-config prompt.yaml --output rows.jsonl",),
+    ),
+    Command(
+        "dataset",
+        "export",
+        "turn scored rollouts into a TRL-ready SFT (conversations) or DPO (chosen/rejected pairs) dataset",
+        export,
+        EXPORT_FLAGS,
+        description=(
+            "SFT: one conversation (messages with tool calls and results, the tools' schemas) per rollout whose reward\n"
+            "is at least --min-reward. DPO: the rollouts of each task (_ng_task_index) paired by reward, chosen above\n"
+            "rejected. Prints what was read, kept and left out. A row that cannot be used is reported as file:line\n"
+            f"and skipped (exit {EXIT_INVALID_ROWS}); --strict stops at the first. Responses cut off at their token "
+            "limit are left out\nunless --keep-incomplete. An existing --output is replaced only with --overwrite."
+        ),
+        examples=(
+            "example: gym dataset export --format sft --input resources_servers/example_single_tool_call/data/"
+            "example_rollouts.jsonl --output data/example_sft.jsonl",
+            "example: gym dataset export --format dpo --input results/shard_0.jsonl --input results/shard_1.jsonl "
+            "--output data/shard_pairs.jsonl --pairs all --min-margin 0.5",
+        ),
     ),
 )
