@@ -41,8 +41,18 @@ def agent_urls(config: ComposedConfig | DictConfig) -> dict[str, str]:
     return {server.name: server.url for server in run_servers(config) if server.kind == "responses_api_agents"}
 
 
-def run_servers(config: ComposedConfig | DictConfig) -> list[Server]:
-    """Every server instance of a config with its base URL: what the collector's breakers name and probe."""
+def run_servers(config: ComposedConfig | DictConfig, placed: list[dict[str, Any]] | None = None) -> list[Server]:
+    """Every server instance of a config with its base URL: what the collector's breakers name and probe.
+
+    ``placed``: the launcher's ``server_instances()`` (what the head server lists), which name each replica of a
+    replicated instance and its node (a launch on a Ray cluster); without it, one server per instance of the config.
+    """
+    if placed:
+        return [
+            Server(p["name"], p["server_type"], p["url"], group=p["instance"] if p["instance"] != p["name"] else "",
+                   node=str(p.get("node") or ""))
+            for p in placed
+        ]  # fmt: skip
     servers = []
     for instance in ComposedConfig.of(config).instances:
         inner = instance.get_inner_run_server_config()
@@ -142,20 +152,21 @@ def run_collection(
     config: ComposedConfig | DictConfig,
     show_progress: bool = True,
     materialized: Materialized | None = None,
+    placed: list[dict[str, Any]] | None = None,
 ) -> RunResult:
     """Collect every rollout against running servers, holding the output's claim (:func:`claim_output`) throughout.
 
     ``materialized``: the caller's :func:`prepare_inputs`, done inside the caller's own :func:`claim_output` (which
-    then spans this call too).
+    then spans this call too). ``placed``: the servers as the launcher started them (:func:`run_servers`).
     """
     if materialized is None:
         with claim_output(settings):
-            return run_collection(settings, config, show_progress, prepare_inputs(settings, config))
+            return run_collection(settings, config, show_progress, prepare_inputs(settings, config), placed)
     composed = ComposedConfig.of(config)
     output = Path(settings.output_jsonl_fpath).expanduser().resolve()
     urls = agent_urls(composed)
     options = CollectionOptions(
-        servers=run_servers(composed),
+        servers=run_servers(composed, placed),
         server_down_deadline_s=settings.server_down_deadline_seconds,
         output_path=output,
         concurrency=settings.num_samples_in_parallel,

@@ -11,7 +11,7 @@ from typing import Any
 from rich.markup import escape
 
 from nemo_gym.cli.command import Command, Invocation
-from nemo_gym.cli.flags import AUTH_FLAG, CONFIG_FLAGS, MODEL_FLAGS, Flag
+from nemo_gym.cli.flags import AUTH_FLAG, CONFIG_FLAGS, MODEL_FLAGS, RAY_FLAG, Flag
 from nemo_gym.cli.output import GymConsole, console, err_console
 from nemo_gym.config.compose import ComposedConfig, ComposeOptions, compose
 from nemo_gym.config.server_models import BaseServerConfig
@@ -29,6 +29,7 @@ DEFAULT_PROFILE_ROWS = 20
 RUN_FLAGS = (
     Flag(("--no-serve",), "use servers already started with `gym env start` instead of starting them", switch=True),
     AUTH_FLAG,
+    RAY_FLAG,
     Flag(("--agent", "-a"), "agent instance for rows without agent_ref", field="agent_name", metavar="NAME"),
     Flag(("--input", "-i"), "JSONL rows to run", field="input_jsonl_fpath", metavar="PATH"),
     Flag(("--output", "-o"), "JSONL file for scored rollouts", field="output_jsonl_fpath", metavar="PATH"),
@@ -90,7 +91,9 @@ def run(invocation: Invocation) -> int:
             materialized = prepare_inputs(settings, composed)  # a bad row is reported before any server starts
             stderr.print(f"Starting servers (logs in {Path(composed.config.results_dir) / 'logs'}) …", markup=False)
             with running_servers(config=composed) as launcher:
-                return run_collection(settings, launcher.composed, materialized=materialized)
+                return run_collection(
+                    settings, launcher.composed, materialized=materialized, placed=launcher.server_instances()
+                )
 
     return _run_reporting(start_and_collect, settings, stderr)
 
