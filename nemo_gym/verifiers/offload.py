@@ -73,6 +73,7 @@ class CpuOffload:
         self._slots: asyncio.Semaphore | None = None
         self._pool: concurrent.futures.ProcessPoolExecutor | None = None
         self._remote: Any = None
+        self._connecting: asyncio.Lock | None = None
 
     @property
     def uses_ray(self) -> bool:
@@ -90,7 +91,10 @@ class CpuOffload:
 
     async def _on_ray(self, fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any]) -> T:
         if self._remote is None:
-            await asyncio.to_thread(self._connect)  # joining a cluster takes a second; not on the loop
+            self._connecting = self._connecting or asyncio.Lock()
+            async with self._connecting:  # one join, however many calls arrive first
+                if self._remote is None:
+                    await asyncio.to_thread(self._connect)  # joining a cluster takes a second; not on the loop
         result: T = await self._remote.remote(fn, args, kwargs)
         return result
 

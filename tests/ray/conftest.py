@@ -24,6 +24,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from nemo_gym import PARENT_DIR
+
 RAY = Path(sys.executable).parent / "ray"
 HANG_GUARD_S = 120.0
 """A cluster starts in ~15 s on a loaded machine; this bounds a start that hangs."""
@@ -124,7 +126,9 @@ def ray_cluster() -> Iterator[RayCluster]:
     token = workdir / "token"
     token.write_text(secrets.token_hex(32))
     env = os.environ | {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token),
-                        "RAY_health_check_period_ms": "1000", "RAY_health_check_failure_threshold": "3"}  # fmt: skip
+                        "RAY_health_check_period_ms": "1000", "RAY_health_check_failure_threshold": "3",
+                        # Ray workers import functions by module name (tests.ray.burn): the checkout is the code
+                        "PYTHONPATH": os.pathsep.join(p for p in (str(PARENT_DIR), os.environ.get("PYTHONPATH")) if p)}  # fmt: skip
     gcs, node_manager, object_manager, client, agent_listen, agent_grpc, runtime_env, metrics = _free_ports(8)
     head = _ray_start(
         ["--head", "--node-ip-address=127.0.0.1", f"--port={gcs}", "--num-cpus=2", f"--temp-dir={workdir}",

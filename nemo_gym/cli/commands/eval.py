@@ -91,9 +91,7 @@ def run(invocation: Invocation) -> int:
             materialized = prepare_inputs(settings, composed)  # a bad row is reported before any server starts
             stderr.print(f"Starting servers (logs in {Path(composed.config.results_dir) / 'logs'}) …", markup=False)
             with running_servers(config=composed) as launcher:
-                return run_collection(
-                    settings, launcher.composed, materialized=materialized, placed=launcher.server_instances()
-                )
+                return run_collection(settings, launcher.composed, materialized=materialized)
 
     return _run_reporting(start_and_collect, settings, stderr)
 
