@@ -27,6 +27,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -142,7 +143,7 @@ def run_once(label: str, args: argparse.Namespace, workdir: Path, env: dict[str,
             "cpu_ms_per_rollout": 1000 * cpu / rows, "peak_rss_mib": sampler.peak / 2**20}  # fmt: skip
 
 
-def _safe(fn, process: psutil.Process) -> float:  # type: ignore[no-untyped-def]
+def _safe(fn: Callable[[psutil.Process], float], process: psutil.Process) -> float:
     try:
         return float(fn(process))
     except psutil.Error:
