@@ -73,6 +73,7 @@ def test_replicas_on_both_nodes_collect_every_rollout_exactly_once(stack):
     assert result.summary.succeeded == TASKS * REPEATS and result.summary.failed == 0
     assert_exactly_once(Path(run_settings.output_jsonl_fpath))
     served = result.summary.served_by
+    print(f"\nserved by: {dict(served)}")
     assert served[f"{AGENT}@0"] > 0 and served[f"{AGENT}@1"] > 0, f"rollouts not served on both nodes: {served}"
 
 
@@ -96,6 +97,7 @@ def test_losing_a_node_mid_run_loses_and_duplicates_nothing(stack, ray_env: RayC
             again = run_settings.model_copy(update={"resume_from_cache": True})
             resumed = run_collection(again, launcher.composed, False, placed=placed)
             assert resumed.summary.failed == 0
+    print(f"\nnode lost mid-run: {summary.succeeded} scored, {summary.failed} failed (resumed), {dict(summary.served_by)}")
     assert summary.served_by[f"{AGENT}@1"] > 0, "nothing ran on the lost node before it went"
     assert summary.served_by[f"{AGENT}@0"] > 0
     assert_exactly_once(output)
