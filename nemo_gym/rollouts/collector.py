@@ -125,7 +125,7 @@ class CollectionSummary:
     """Failures the agent marked ``_ng_no_persist``: counted in ``failed``, written nowhere, run again on resume."""
     elapsed_s: float = 0.0
     served_by: Counter = field(default_factory=Counter)
-    """Scored rollouts per agent server that ran them (a replicated agent: per replica, ``rollouts/replicas.py``)."""
+    """Scored rollouts per replica of a replicated agent (``rollouts/replicas.py``); empty without replicas."""
 
     @property
     def remaining_failures(self) -> int:

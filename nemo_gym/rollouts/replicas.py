@@ -19,7 +19,8 @@ __all__ = ["Router"]
 
 
 class Router:
-    """Picks the server of an agent a rollout goes to; ``served`` counts the rollouts each replica scored."""
+    """Picks the server of an agent a rollout goes to; ``served`` counts the rollouts each replica scored (agents
+    without replicas are not counted)."""
 
     def __init__(
         self,
@@ -33,6 +34,7 @@ class Router:
         for server in servers:
             if server.kind == "responses_api_agents" and server.group:
                 self._replicas.setdefault(server.group, []).append(server)
+        self._replica_names = {r.name for group in self._replicas.values() if len(group) > 1 for r in group}
         self._is_down = is_down
         self._down_nodes = down_nodes
         self._in_flight: Counter[str] = Counter()
@@ -58,5 +60,5 @@ class Router:
         """A rollout sent to ``name`` ended (``scored``: with a reward)."""
         if self._in_flight[name] > 0:
             self._in_flight[name] -= 1
-        if scored:
+        if scored and name in self._replica_names:
             self.served[name] += 1

@@ -121,6 +121,9 @@ def _run_reporting(collect: Callable[[], Any], settings: Any, stderr: GymConsole
         + f" in {summary.elapsed_s:.1f}s ({rate:.1f}/s)"
     )
     output = summary.output_path
+    if summary.served_by:  # replicas on a Ray cluster: where the rollouts ran
+        served = ", ".join(f"{name} {count}" for name, count in sorted(summary.served_by.items()))
+        stderr.print(f"  served by:           {served}", markup=False)
     stderr.print(f"  rollouts:            {output}", markup=False)
     stderr.print(f"  materialized inputs: {materialized_inputs_path(output)}", markup=False)
     if summary.failed:
