@@ -57,7 +57,8 @@ def test_replicas_on_both_nodes_collect_every_rollout_exactly_once(stack):
     with running_servers(config=composed) as launcher:
         placed = launcher.server_instances()
         status = query_status("127.0.0.1", launcher.head.port) if launcher.head else []  # what `gym env status` shows
-        result = run_collection(run_settings, launcher.composed, show_progress=False, placed=placed)
+        # as `gym eval run --ray-address` does: the replicas and their nodes are asked of the head server
+        result = run_collection(run_settings, launcher.composed, show_progress=False)
 
     replicas = {p["name"]: p["node"] for p in placed if p["instance"] in (AGENT, ENV)}
     assert set(replicas) == {f"{AGENT}@0", f"{AGENT}@1", f"{ENV}@0", f"{ENV}@1"}
@@ -97,7 +98,9 @@ def test_losing_a_node_mid_run_loses_and_duplicates_nothing(stack, ray_env: RayC
             again = run_settings.model_copy(update={"resume_from_cache": True})
             resumed = run_collection(again, launcher.composed, False, placed=placed)
             assert resumed.summary.failed == 0
-    print(f"\nnode lost mid-run: {summary.succeeded} scored, {summary.failed} failed (resumed), {dict(summary.served_by)}")
+    print(
+        f"\nnode lost mid-run: {summary.succeeded} scored, {summary.failed} failed (resumed), {dict(summary.served_by)}"
+    )
     assert summary.served_by[f"{AGENT}@1"] > 0, "nothing ran on the lost node before it went"
     assert summary.served_by[f"{AGENT}@0"] > 0
     assert_exactly_once(output)
