@@ -123,6 +123,7 @@ class RayLauncher(Launcher):
                 replica = copy.copy(server)
                 replica.name, replica.instance, replica.sink = name, server.name, sink
                 replica.node = self._node_labels[node_id]
+                replica.log_path = self.log_dir / f"{name}.log"  # written by its node (a shared results_dir here)
                 placed.append(replica)
                 self._agent(node_id)
         self.servers = placed

@@ -99,6 +99,8 @@ class ServerProcess:
     node: str | None = None
     """The Ray node it runs on (``launcher/ray_placement.py``); None on this machine."""
     remote_pid: int | None = None
+    log_path: Path | None = None
+    """Where its output goes when another process writes it (its node); None: :attr:`sink`'s file."""
 
     @property
     def url(self) -> str:
@@ -119,7 +121,7 @@ class ServerProcess:
             "port": self.port,
             "url": self.url,
             "pid": self.popen.pid if self.popen else self.remote_pid,
-            "log_path": str(self.sink.path),
+            "log_path": str(self.log_path or self.sink.path),
             "started_at": self.started_at,
             "ready": self.ready,
             "dir_path": str(self.impl_dir),
@@ -212,7 +214,9 @@ class Launcher:
         for s in self.servers:
             pid = s.popen.pid if s.popen else s.remote_pid or "-"
             node = f", node {s.node}" if s.node else ""
-            lines.append(f"  {s.name:<{width}}  {s.url:<24} {s.label}  (pid {pid}{node}, log {s.sink.path})")
+            lines.append(
+                f"  {s.name:<{width}}  {s.url:<24} {s.label}  (pid {pid}{node}, log {s.log_path or s.sink.path})"
+            )
         lines.append(f"Head server: {self.head_url}   config: {self.config_path}")
         if self._token_path is not None:
             lines.append(f"Run token (every request needs it; this user's clients read it): {self._token_path}")
