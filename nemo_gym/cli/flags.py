@@ -26,6 +26,7 @@ from typing import Any
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from nemo_gym.assets import SelectorKind, resolve_selector
+from nemo_gym.config.placement import RAY_ADDRESS_KEY
 from nemo_gym.errors import ConfigError
 
 
@@ -111,6 +112,14 @@ AUTH_FLAG = Flag(
     override_key="auth",
     switch=True,
     switch_value="false",
+)
+
+RAY_FLAG = Flag(
+    ("--ray-address",),
+    f"place the servers on this running Ray cluster (HOST:PORT of its head, or auto; config key {RAY_ADDRESS_KEY}; "
+    "default: no Ray, every server on this machine)",
+    override_key=RAY_ADDRESS_KEY,
+    metavar="ADDRESS",
 )
 
 JSON_FLAG = Flag(("--json",), "print JSON instead of a table", switch=True)

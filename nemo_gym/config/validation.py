@@ -22,6 +22,7 @@ from pydantic_core import ErrorDetails
 
 from nemo_gym.config.datasets import Domain
 from nemo_gym.config.overrides import Override
+from nemo_gym.config.placement import DEFAULT_RAY_ADDRESS, DEFAULT_REPLICAS, REPLICAS_KEY
 from nemo_gym.config.schemas import ServerSchema, find_server_schema, implementation_dir
 from nemo_gym.config.secrets import mask_value
 from nemo_gym.config.server_models import SERVER_TYPES
@@ -33,6 +34,7 @@ FRAMEWORK_KEYS = frozenset(
         "entrypoint", "host", "port", "num_workers", "name", "domain", "datasets",  # read by the launcher and base
         "description", "verified", "verified_url", "value",  # catalog metadata (gym list, README table)
         "max_active_requests",  # the admission bound of this server (nemo_gym.transport.runtime)
+        REPLICAS_KEY,  # copies of this instance on a Ray cluster (nemo_gym.config.placement)
     }
 )  # fmt: skip
 """Keys any server block may hold, whatever its implementation declares."""
@@ -55,6 +57,7 @@ class _CommonKeys(BaseModel):
     verified_url: str | None = None
     value: str | None = None
     max_active_requests: int | None = Field(default=None, ge=0)
+    replicas: int = Field(default=DEFAULT_REPLICAS, ge=1)
 
 
 class _HeadServer(BaseModel):
@@ -86,6 +89,7 @@ class _Settings(BaseModel):
     server_max_active_requests: int | None = Field(default=None, ge=0)
     auth: bool | None = None
     server_max_body_bytes: int | None = Field(default=None, ge=0)
+    ray_head_node_address: str | None = DEFAULT_RAY_ADDRESS
 
 
 class SourceLocator:

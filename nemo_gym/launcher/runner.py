@@ -38,6 +38,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from nemo_gym.config import ports
 from nemo_gym.config.compose import ComposedConfig, ComposeOptions, compose
+from nemo_gym.config.placement import RAY_ADDRESS_KEY, REPLICAS_KEY
 from nemo_gym.config.roots import candidate_paths, child_env, search_roots
 from nemo_gym.config.secrets import mask_text, secret_values
 from nemo_gym.config.server_models import ServerInstanceConfig, maybe_get_server_instance_config
@@ -65,7 +66,7 @@ LOG_TAIL_LINES = 20
 _PROBE_CONFIG = TransportConfig(connect_timeout_s=2.0, total_timeout_s=3.0, max_attempts=1)
 _PROGRESS_EVERY_S = 30.0
 
-__all__ = ["Launcher", "ServerLaunchError", "ServerProcess", "running_servers"]
+__all__ = ["Launcher", "ServerLaunchError", "ServerProcess", "new_launcher", "running_servers"]
 
 T = TypeVar("T")
 
@@ -93,6 +94,13 @@ class ServerProcess:
     reader: threading.Thread | None = None
     started_at: str | None = None
     ready: bool = False
+    instance: str = ""
+    """The config instance this server runs (set for a replica, ``<instance>@<i>``, placed by Ray); "" for itself."""
+    node: str | None = None
+    """The Ray node it runs on (``launcher/ray_placement.py``); None on this machine."""
+    remote_pid: int | None = None
+    log_path: Path | None = None
+    """Where its output goes when another process writes it (its node); None: :attr:`sink`'s file."""
 
     @property
     def url(self) -> str:
@@ -112,13 +120,15 @@ class ServerProcess:
             "host": self.host,
             "port": self.port,
             "url": self.url,
-            "pid": self.popen.pid if self.popen else None,
-            "log_path": str(self.sink.path),
+            "pid": self.popen.pid if self.popen else self.remote_pid,
+            "log_path": str(self.log_path or self.sink.path),
             "started_at": self.started_at,
             "ready": self.ready,
             "dir_path": str(self.impl_dir),
             "entrypoint": str(self.entrypoint),
             "python": self.python,
+            "instance": self.instance or self.name,
+            "node": self.node,
         }
 
 
@@ -127,6 +137,9 @@ class Launcher:
 
     Use :func:`running_servers` for the common start / use / stop sequence. Not reusable: one launch per object.
     """
+
+    places_replicas = False
+    """Only a launch on a Ray cluster (``ray_placement.RayLauncher``) starts several replicas of an instance."""
 
     def __init__(
         self,
@@ -199,8 +212,11 @@ class Launcher:
         width = max(len(s.name) for s in self.servers)
         lines = [f"All {len(self.servers)} servers ready:"]
         for s in self.servers:
-            pid = s.popen.pid if s.popen else "-"
-            lines.append(f"  {s.name:<{width}}  {s.url:<24} {s.label}  (pid {pid}, log {s.sink.path})")
+            pid = s.popen.pid if s.popen else s.remote_pid or "-"
+            node = f", node {s.node}" if s.node else ""
+            lines.append(
+                f"  {s.name:<{width}}  {s.url:<24} {s.label}  (pid {pid}{node}, log {s.log_path or s.sink.path})"
+            )
         lines.append(f"Head server: {self.head_url}   config: {self.config_path}")
         if self._token_path is not None:
             lines.append(f"Run token (every request needs it; this user's clients read it): {self._token_path}")
@@ -307,6 +323,11 @@ class Launcher:
             if not entrypoint.is_file():
                 raise ConfigError(
                     f"server {instance.name!r}: entrypoint {inner['entrypoint']!r} not found in {impl_dir}"
+                )
+            if int(inner.get(REPLICAS_KEY) or 1) > 1 and not self.places_replicas:
+                raise ConfigError(
+                    f"{instance.name}.{instance.SERVER_TYPE}.{instance.implementation}.{REPLICAS_KEY}: replicas are "
+                    f"placed on a Ray cluster; pass --ray-address ADDRESS (config key {RAY_ADDRESS_KEY})"
                 )
             host = str(inner.get("host") or self._data.get("default_host") or "127.0.0.1")
             reservation = ports.get_reservation(instance.name)
@@ -522,13 +543,25 @@ def running_servers(
         config = compose(
             ComposeOptions(overrides=list(overrides or []), reserve_ports=True, require_server_instances=True)
         )
-    launcher = Launcher(config, echo=echo, startup_timeout_s=startup_timeout_s, shutdown_grace_s=shutdown_grace_s)
+    launcher = new_launcher(config, echo=echo, startup_timeout_s=startup_timeout_s, shutdown_grace_s=shutdown_grace_s)
     with sigterm_as_interrupt():
         launcher.start()
         try:
             yield launcher
         finally:
             launcher.stop()
+
+
+def new_launcher(config: ComposedConfig | DictConfig, **options: Any) -> Launcher:
+    """A :class:`Launcher`, or with ``ray_head_node_address`` set the one that places servers on that Ray cluster
+    (the only path that imports Ray)."""
+    composed = ComposedConfig.of(config)
+    address = composed.config.get(RAY_ADDRESS_KEY)
+    if not address:
+        return Launcher(composed, **options)
+    from nemo_gym.launcher.ray_placement import RayLauncher
+
+    return RayLauncher(composed, str(address), **options)
 
 
 def _readdressed(name: str, block: dict[str, Any]) -> ServerInstanceConfig:

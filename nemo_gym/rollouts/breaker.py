@@ -17,6 +17,11 @@ the agent answered 502 naming an upstream hop it could not reach or that did not
   without this each worker would take a fresh row to the dead server before the first probe comes back.
 
 A scored rollout resets every count: it went through its agent, model and resources servers.
+
+Replicas (a launch on a Ray cluster, ``launcher/ray_placement.py``): servers of one ``group`` are copies of one
+instance. A replica found down pauses nothing while a sibling is up: the collector's router (``rollouts/replicas.py``)
+stops sending it rows, the rollouts it failed run again on a sibling (uncharged, as above), and past the deadline it
+is left out for good instead of stopping the run. Only when every replica of a group is down does the run pause.
 """
 
 from __future__ import annotations
@@ -59,6 +64,10 @@ class Server:
     name: str
     kind: str
     url: str
+    group: str = ""
+    """The instance this server is a replica of ("": not a replica)."""
+    node: str = ""
+    """The cluster node it runs on ("": this machine)."""
 
     def describe(self) -> str:
         return f"{KIND_NAMES.get(self.kind, 'server')} {self.name!r} at {self.url}"
@@ -131,6 +140,15 @@ class Breakers:
                 return
             await self._closed.wait()
 
+    def known_down(self, name: str) -> bool:
+        """Whether the server ``name`` was found down and is not back (no probe: the router asks per row)."""
+        breaker = self._breakers.get(name)
+        return breaker is not None and breaker.down_since is not None
+
+    def down_nodes(self) -> set[str]:
+        """The nodes with a server found down: their other replicas are avoided too (a node is lost whole)."""
+        return {b.server.node for b in self._breakers.values() if b.down_since is not None and b.server.node}
+
     def record_success(self) -> None:
         for breaker in self._breakers.values():
             breaker.failures = 0
@@ -167,7 +185,16 @@ class Breakers:
 
     # -- state changes -------------------------------------------------------------------------------------------
 
+    def _has_live_sibling(self, name: str) -> bool:
+        server = self._servers.get(name)
+        if server is None or not server.group:
+            return False
+        siblings = [s for s in self._servers.values() if s.group == server.group and s.name != name]
+        return any(not self.known_down(s.name) for s in siblings)
+
     def _pause(self, name: str) -> None:
+        if self._has_live_sibling(name):
+            return  # the router sends its rows to the siblings
         self._paused_by.add(name)
         self._closed.clear()
 
@@ -178,6 +205,13 @@ class Breakers:
 
     def _went_down(self, breaker: _Breaker, reason: str) -> None:
         breaker.down_since, breaker.reason = time.monotonic(), reason
+        if self._has_live_sibling(breaker.server.name):
+            self._say(
+                f"{breaker.server.describe()} is down ({reason}): its rollouts go to the other replicas of "
+                f"{breaker.server.group!r} (failures it caused are not charged)"
+            )
+            breaker.watcher = asyncio.ensure_future(self._watch(breaker))
+            return
         self._pause(breaker.server.name)
         self._say(
             f"{breaker.server.describe()} is down ({reason}): pausing rollouts, probing its health every "
@@ -198,6 +232,9 @@ class Breakers:
                 self._resume(breaker.server.name)
                 return
             breaker.reason = reason
+            if waited >= self.deadline_s and self._has_live_sibling(breaker.server.name):
+                self._say(f"{breaker.server.describe()} is still down after {waited:.0f} s: left out of this run")
+                return
             if waited >= self.deadline_s:
                 self._stopped = ServersDownError(
                     f"{breaker.server.describe()} is still down after {self.deadline_s:g} s ({reason}): run stopped, "

@@ -13,8 +13,9 @@ Guarantees:
   differ from the run it continues; a (task, rollout) found twice in the output is kept once (the file rewritten
   atomically), so the metrics count it once. A fresh run replaces the output, failures and metrics files: whether
   it may is decided before, by ``rollouts/claim.py``;
+* an agent with replicas (a Ray launch) gets each row on the least busy replica that is up (``rollouts/replicas.py``);
 * a failure pointing at a server that cannot be reached is charged only if that server answers a probe; a server
-  found down pauses the run, and the rollouts it failed run again once it is back (``rollouts/breaker.py``), or the
+  found down pauses the run (a replica: its rows go to the other replicas instead), and the rollouts it failed run again once it is back (``rollouts/breaker.py``), or the
   run stops with :class:`~nemo_gym.rollouts.breaker.ServersDownError` and leaves them untried for ``--resume``;
 * an answer marked ``_ng_no_persist`` (an infrastructure failure such as a killed sandbox) is written nowhere, so
   resume runs it again without counting an attempt;
@@ -56,6 +57,7 @@ from nemo_gym.rollouts.materialize import (
     rollout_key,
 )
 from nemo_gym.rollouts.pool import run_bounded
+from nemo_gym.rollouts.replicas import Router
 from nemo_gym.row_fields import FAILURE_CLASS_KEY, FAILURE_MESSAGE_KEY, FAILURE_TERMINAL_KEY, NO_PERSIST_KEY
 from nemo_gym.transport import http_client
 from nemo_gym.transport.http_client import ServerTimeoutError, TransportConfig, TransportError
@@ -122,6 +124,8 @@ class CollectionSummary:
     not_persisted: int = 0
     """Failures the agent marked ``_ng_no_persist``: counted in ``failed``, written nowhere, run again on resume."""
     elapsed_s: float = 0.0
+    served_by: Counter = field(default_factory=Counter)
+    """Scored rollouts per replica of a replicated agent (``rollouts/replicas.py``); empty without replicas."""
 
     @property
     def remaining_failures(self) -> int:
@@ -219,6 +223,10 @@ class RolloutCollector:
         self._output = JsonlWriter(self.options.output_path)
         self._failures = JsonlWriter(self.summary.failures_path)
         self._breakers = Breakers(self.options.servers, self.options.server_down_deadline_s, say=self._say)
+        self._router = Router(
+            self.agent_urls, self.options.servers, self._breakers.known_down, self._breakers.down_nodes
+        )
+        self.summary.served_by = self._router.served
         try:
             await run_bounded(self._run_one, pending, self.options.concurrency)
         finally:
@@ -234,13 +242,14 @@ class RolloutCollector:
         """Run one row to its end: scored, or failed and charged. A failure of a server that turns out to be down is
         not charged: the row waits (held by this worker) until the server is back and runs again."""
         agent = row[AGENT_REF_KEY]["name"]
-        url = self.agent_urls.get(agent)
-        if url is None and self._send is None:
+        if self.agent_urls.get(agent) is None and self._send is None and not self._router.replicated(agent):
             self._fail(row, RolloutFailure("unknown_agent", f"agent {agent!r} is not running"))
             return
         while True:
             await self._breakers.wait_until_closed()
-            result = await self._attempt(agent, url, row)
+            target, url = self._router.pick(agent)  # a replica that is up, when the agent has replicas
+            result = await self._attempt(agent, target, url, row)
+            self._router.release(target, scored=not isinstance(result, RolloutFailure))
             if not isinstance(result, RolloutFailure):
                 break
             server = self._breakers.server_of(result.server) if result.server else None
@@ -261,13 +270,16 @@ class RolloutCollector:
         sums[1] += 1
         self._advance()
 
-    async def _attempt(self, agent: str, url: str | None, row: dict[str, Any]) -> dict[str, Any] | RolloutFailure:
+    async def _attempt(
+        self, agent: str, target: str, url: str | None, row: dict[str, Any]
+    ) -> dict[str, Any] | RolloutFailure:
+        """One ``/run`` of ``row`` on ``target``: the agent, or the replica of it the router picked."""
         if self.options.capture_dirs:
             clear_model_call_captures([row], self.options.capture_dirs)
         if self._send is not None:
             return await judge_rollout(self._send(agent, row))
         assert url is not None
-        return await run_rollout(url, agent, row, self._transport)
+        return await run_rollout(url, target, row, self._transport)
 
     def _say(self, line: str) -> None:
         """One line for the user, on stderr, above the progress bar when there is one."""

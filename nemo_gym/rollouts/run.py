@@ -11,6 +11,7 @@ from omegaconf import DictConfig
 
 from nemo_gym.config.compose import ComposedConfig
 from nemo_gym.config.datasets import AGENT_REF_KEY, BenchmarkDatasetConfig
+from nemo_gym.config.placement import RAY_ADDRESS_KEY
 from nemo_gym.errors import ConfigError
 from nemo_gym.jsonl import JsonlWriter, iter_jsonl
 from nemo_gym.observability.capture import capture_dirs_from_config
@@ -41,13 +42,32 @@ def agent_urls(config: ComposedConfig | DictConfig) -> dict[str, str]:
     return {server.name: server.url for server in run_servers(config) if server.kind == "responses_api_agents"}
 
 
-def run_servers(config: ComposedConfig | DictConfig) -> list[Server]:
-    """Every server instance of a config with its base URL: what the collector's breakers name and probe."""
+def run_servers(config: ComposedConfig | DictConfig, placed: list[dict[str, Any]] | None = None) -> list[Server]:
+    """Every server instance of a config with its base URL: what the collector's breakers name and probe.
+
+    ``placed``: the launcher's ``server_instances()`` (what the head server lists), which name each replica of a
+    replicated instance and its node (a launch on a Ray cluster); without it, one server per instance of the config.
+    """
+    if placed:
+        return [
+            Server(p["name"], p["server_type"], p["url"], group=p["instance"] if p["instance"] != p["name"] else "",
+                   node=str(p.get("node") or ""))
+            for p in placed
+        ]  # fmt: skip
     servers = []
     for instance in ComposedConfig.of(config).instances:
         inner = instance.get_inner_run_server_config()
         servers.append(Server(instance.name, instance.SERVER_TYPE, f"http://{inner.host}:{inner.port}"))
     return servers
+
+
+def placed_servers(config: ComposedConfig) -> list[dict[str, Any]]:
+    """The servers of a launch on a Ray cluster as its head server lists them: each replica, with its node."""
+    from nemo_gym.launcher.status import query_status
+
+    head = config.config.get("head_server") or {}
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(str(head.get("host")), str(head.get("host") or "127.0.0.1"))
+    return query_status(host, int(head.get("port") or 11000))
 
 
 @dataclass
@@ -142,20 +162,24 @@ def run_collection(
     config: ComposedConfig | DictConfig,
     show_progress: bool = True,
     materialized: Materialized | None = None,
+    placed: list[dict[str, Any]] | None = None,
 ) -> RunResult:
     """Collect every rollout against running servers, holding the output's claim (:func:`claim_output`) throughout.
 
     ``materialized``: the caller's :func:`prepare_inputs`, done inside the caller's own :func:`claim_output` (which
-    then spans this call too).
+    then spans this call too). ``placed``: the servers as the launcher started them (:func:`run_servers`); on a
+    Ray cluster, asked of the head server when not given (:func:`placed_servers`), so ``--no-serve`` sees the replicas.
     """
     if materialized is None:
         with claim_output(settings):
-            return run_collection(settings, config, show_progress, prepare_inputs(settings, config))
+            return run_collection(settings, config, show_progress, prepare_inputs(settings, config), placed)
     composed = ComposedConfig.of(config)
     output = Path(settings.output_jsonl_fpath).expanduser().resolve()
     urls = agent_urls(composed)
+    if placed is None and composed.config.get(RAY_ADDRESS_KEY):
+        placed = placed_servers(composed)
     options = CollectionOptions(
-        servers=run_servers(composed),
+        servers=run_servers(composed, placed),
         server_down_deadline_s=settings.server_down_deadline_seconds,
         output_path=output,
         concurrency=settings.num_samples_in_parallel,

@@ -11,7 +11,7 @@ from typing import Any
 from rich.markup import escape
 
 from nemo_gym.cli.command import Command, Invocation
-from nemo_gym.cli.flags import AUTH_FLAG, CONFIG_FLAGS, MODEL_FLAGS, Flag
+from nemo_gym.cli.flags import AUTH_FLAG, CONFIG_FLAGS, MODEL_FLAGS, RAY_FLAG, Flag
 from nemo_gym.cli.output import GymConsole, console, err_console
 from nemo_gym.config.compose import ComposedConfig, ComposeOptions, compose
 from nemo_gym.config.server_models import BaseServerConfig
@@ -29,6 +29,7 @@ DEFAULT_PROFILE_ROWS = 20
 RUN_FLAGS = (
     Flag(("--no-serve",), "use servers already started with `gym env start` instead of starting them", switch=True),
     AUTH_FLAG,
+    RAY_FLAG,
     Flag(("--agent", "-a"), "agent instance for rows without agent_ref", field="agent_name", metavar="NAME"),
     Flag(("--input", "-i"), "JSONL rows to run", field="input_jsonl_fpath", metavar="PATH"),
     Flag(("--output", "-o"), "JSONL file for scored rollouts", field="output_jsonl_fpath", metavar="PATH"),
@@ -120,6 +121,9 @@ def _run_reporting(collect: Callable[[], Any], settings: Any, stderr: GymConsole
         + f" in {summary.elapsed_s:.1f}s ({rate:.1f}/s)"
     )
     output = summary.output_path
+    if summary.served_by:  # replicas on a Ray cluster: where the rollouts ran
+        served = ", ".join(f"{name} {count}" for name, count in sorted(summary.served_by.items()))
+        stderr.print(f"  served by:           {served}", markup=False)
     stderr.print(f"  rollouts:            {output}", markup=False)
     stderr.print(f"  materialized inputs: {materialized_inputs_path(output)}", markup=False)
     if summary.failed:

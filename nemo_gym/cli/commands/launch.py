@@ -9,7 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from nemo_gym.cli.command import Command, Invocation
-from nemo_gym.cli.flags import AUTH_FLAG, CONFIG_FLAGS, JSON_FLAG, MODEL_FLAGS
+from nemo_gym.cli.flags import AUTH_FLAG, CONFIG_FLAGS, JSON_FLAG, MODEL_FLAGS, RAY_FLAG
 from nemo_gym.cli.output import console, print_error
 from nemo_gym.config.compose import ComposeOptions, compose
 
@@ -17,13 +17,13 @@ from nemo_gym.config.compose import ComposeOptions, compose
 def start(invocation: Invocation) -> int:
     """Start every server of the config, print where they listen, and run until Ctrl-C / SIGTERM."""
     # imported here: fastapi/uvicorn would slow every `gym` call
-    from nemo_gym.launcher.runner import Launcher
+    from nemo_gym.launcher.runner import new_launcher
     from nemo_gym.launcher.signals import sigterm_as_interrupt
 
     composed = compose(
         ComposeOptions(overrides=invocation.overrides, reserve_ports=True, require_server_instances=True)
     )
-    launcher = Launcher(composed, echo=True)
+    launcher = new_launcher(composed, echo=True)
     with sigterm_as_interrupt():
         try:
             if composed.config.get("dry_run"):
@@ -68,7 +68,8 @@ def status(invocation: Invocation) -> int:
 
 def _table(instances: list[dict[str, Any]]) -> Table:
     table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
-    for column in ("name", "type/impl", "url", "pid", "health"):
+    on_ray = any(instance.get("node") for instance in instances)
+    for column in ("name", "type/impl", "url", "pid", *(("node",) if on_ray else ()), "health"):
         table.add_column(column, overflow="fold")
     for instance in instances:
         health = "[green]healthy[/green]" if instance["healthy"] else "[red]unhealthy[/red]"
@@ -77,6 +78,7 @@ def _table(instances: list[dict[str, Any]]) -> Table:
             escape(f"{instance.get('server_type')}/{instance.get('implementation')}"),
             escape(str(instance.get("url"))),
             str(instance.get("pid") or "-"),
+            *((escape(str(instance.get("node") or "-")),) if on_ray else ()),
             health,
         )
     return table
@@ -88,7 +90,7 @@ COMMANDS = (
         "start",
         "start every server of a config and keep them running until Ctrl-C",
         start,
-        CONFIG_FLAGS + MODEL_FLAGS + (AUTH_FLAG,),
+        CONFIG_FLAGS + MODEL_FLAGS + (AUTH_FLAG, RAY_FLAG),
         description=(
             "Start every server instance of the composed config (one process each, in its own uv venv unless "
             "+shared_venv=true), wait until all answer, and run until Ctrl-C or SIGTERM. Logs go to "
