@@ -19,7 +19,7 @@ keeps it out of every file so resume runs it again.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Awaitable, Coroutine, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +63,7 @@ __all__ = [
     "NG_TRAJECTORY_KEY",
     "RolloutCollectionConfig",
     "RolloutCollectionHelper",
+    "RolloutCompletions",
     "ServerClient",
     "_attach_trajectory_record",
     "_get_max_rollout_attempts",
@@ -141,19 +142,20 @@ class RolloutCollectionHelper:
         _aggregate.write_metrics(path, await _aggregate.compute_metrics(grouped, urls))
         return path
 
-    async def run_examples(
+    def run_examples(
         self,
-        rows: Iterable[dict[str, Any]],
+        examples: Iterable[dict[str, Any]],
         head_server_config: BaseServerConfig | None = None,
         semaphore: asyncio.Semaphore | None = None,
-    ) -> AsyncIterator[tuple[dict[str, Any], dict[str, Any]]]:
-        """Each row needs ``agent_ref`` (``{"name": ...}``). ``rows`` is one batch: all of it is scheduled at once and
-        at most ``semaphore`` rollouts are in flight (default: the default of ``gym eval run --concurrency``).
+    ) -> RolloutCompletions:
+        """Each row needs ``agent_ref`` (``{"name": ...}``). ``examples`` is one batch: all of it is scheduled at once
+        and at most ``semaphore`` rollouts are in flight (default: the default of ``gym eval run --concurrency``).
 
-        A failed rollout yields a result with ``_ng_failure_class`` / ``_ng_failure_message`` instead of raising, so
-        one bad row never stops a batch; the classes and rules are the collector's (``timeout``, ``verify_failed``,
-        ``invalid_response``, ...). A row without ``agent_ref``, or naming no server of the config, is a
-        ``ConfigError``."""
+        The answer is consumed either way, in completion order: ``async for row, result in ...`` (ours), or NeMo
+        Gym's ``for task in ...: row, result = await task``, which NeMo RL uses. A failed rollout yields a result with
+        ``_ng_failure_class`` / ``_ng_failure_message`` instead of raising, so one bad row never stops a batch; the
+        classes and rules are the collector's (``timeout``, ``verify_failed``, ``invalid_response``, ...). A row
+        without ``agent_ref``, or naming no server of the config, is a ``ConfigError``."""
         send = _run_sender(self.setup_server_client(head_server_config))
         limit = semaphore or asyncio.Semaphore(_DEFAULT_CONCURRENCY)
 
@@ -166,7 +168,31 @@ class RolloutCollectionHelper:
                 result = await _judge_rollout(send(name, row))
             return row, result.as_result() if isinstance(result, _RolloutFailure) else result
 
-        pending = {asyncio.ensure_future(run_one(row)) for row in rows}
+        return RolloutCompletions(run_one(row) for row in examples)
+
+
+class RolloutCompletions:
+    """The rollouts of one ``run_examples`` batch, started when first iterated (inside the caller's event loop).
+
+    Two ways to read them, both in completion order: ``async for`` yields each ``(row, result)``; plain ``for``
+    yields awaitables of it, as ``asyncio.as_completed`` does, which is how NeMo Gym's callers read the batch.
+    Leaving an ``async for`` early cancels the rollouts still running."""
+
+    def __init__(self, rollouts: Iterable[Coroutine[Any, Any, tuple[dict[str, Any], dict[str, Any]]]]) -> None:
+        self._rollouts = rollouts
+        self._started = False
+
+    def _start(self) -> set[asyncio.Task[tuple[dict[str, Any], dict[str, Any]]]]:
+        if self._started:
+            raise RuntimeError("a run_examples batch can be iterated once; call run_examples again for another pass")
+        self._started = True
+        return {asyncio.ensure_future(rollout) for rollout in self._rollouts}
+
+    def __iter__(self) -> Iterator[Awaitable[tuple[dict[str, Any], dict[str, Any]]]]:
+        return iter(asyncio.as_completed(self._start()))
+
+    async def __aiter__(self) -> AsyncIterator[tuple[dict[str, Any], dict[str, Any]]]:
+        pending = self._start()
         try:
             while pending:
                 done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)

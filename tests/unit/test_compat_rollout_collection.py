@@ -140,6 +140,30 @@ async def test_run_examples_posts_through_the_overridden_client(tmp_path: Path) 
     assert results["crash"][NG_FAILURE_CLASS_KEY] == "agent_error"
 
 
+async def test_run_examples_reads_as_nemo_rl_reads_it_awaitables_in_completion_order() -> None:
+    """NeMo RL: ``for task in helper.run_examples(examples=..., head_server_config=...): row, result = await task``."""
+    agent = _InProcessAgent()
+
+    class InProcess(RolloutCollectionHelper):
+        def setup_server_client(self, head_server_config: BaseServerConfig | None = None) -> Any:
+            return agent
+
+    rows = [{"agent_ref": {"name": "agent"}, "responses_create_params": {"input": t}} for t in ("ok", "crash")]
+    results = {}
+    for task in InProcess().run_examples(examples=rows, head_server_config=None):
+        row, result = await task
+        results[row["responses_create_params"]["input"]] = result
+    assert results["ok"]["reward"] == 1.0
+    assert results["crash"][NG_FAILURE_CLASS_KEY] == "agent_error"
+
+
+async def test_a_run_examples_batch_is_iterated_once() -> None:
+    batch = RolloutCollectionHelper(_InProcessAgent()).run_examples([])  # type: ignore[arg-type]
+    assert [pair async for pair in batch] == []
+    with pytest.raises(RuntimeError, match="iterated once"):
+        list(batch)
+
+
 async def test_our_own_client_sends_run_once_with_the_rollout_deadline(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, config_reads: list[int]
 ) -> None:
