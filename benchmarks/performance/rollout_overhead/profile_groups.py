@@ -15,8 +15,11 @@ import re
 from collections import Counter
 from pathlib import Path
 
-OTHER = "own code (nemo_gym, servers) and builtins"
-IDLE = re.compile(r"\b(select|poll|epoll_wait|_run_once|run_forever) \((selectors|uvloop|asyncio/base_events)")
+OTHER = "builtins outside any group"
+IDLE = re.compile(
+    r"\b(select|poll|epoll_wait|_run_once|run_forever) \((selectors|uvloop|asyncio/base_events)"
+    r"|\b(Condition\.wait|Event\.wait|Thread\.join|_wait_for_tstate_lock) \(threading"
+)
 GROUPS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (name, re.compile(pattern))
     for name, pattern in (
@@ -28,11 +31,13 @@ GROUPS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("aiohttp client", r"aiohttp/"),
         (
             "ASGI middleware stack (starlette/fastapi)",
-            r"starlette/middleware|fastapi/middleware|starlette/_exception|nemo_gym/transport/(access|admission)\.py",
+            r"starlette/middleware|fastapi/middleware|fastapi/(telemetry|_body_limit)|starlette/_exception"
+            r"|nemo_gym/transport/(access|admission)\.py|\w*Middleware\.",
         ),
         ("routing / request objects (starlette/fastapi)", r"starlette/|fastapi/"),
         ("uvicorn HTTP protocol", r"uvicorn/"),
-        ("event loop / asyncio", r"asyncio/|uvloop"),
+        ("event loop / asyncio (Runner.run leaf: uvloop's C code)", r"asyncio/|uvloop"),
+        ("own code (nemo_gym, servers)", r"nemo_gym/|responses_api_|resources_servers/"),
     )
 )
 
