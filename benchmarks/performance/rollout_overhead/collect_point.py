@@ -24,7 +24,6 @@ import asyncio
 import contextlib
 import os
 import re
-import shutil
 import subprocess
 import sys
 import threading
@@ -35,6 +34,7 @@ from typing import Any
 
 import orjson
 import psutil
+from stack_probe import start_py_spy
 
 MODEL_CLOCK_POLL_S = 0.002
 COLLECTOR = "collector"
@@ -170,7 +170,7 @@ async def run_collect(
         with contextlib.suppress(psutil.Error):
             stack_processes[COLLECTOR] = psutil.Process(proc.pid)
         children_task = asyncio.create_task(_watch_children(proc.pid, stack_processes))
-        spy = _start_py_spy(proc.pid, spy_path) if spy_path else None
+        spy = start_py_spy(proc.pid, spy_path) if spy_path else None
         _, status, usage = await asyncio.to_thread(os.wait4, proc.pid, 0)
         ended = clock.close_window()
         proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here, so Popen must not wait again
@@ -199,17 +199,6 @@ async def run_collect(
         output_tail=text[-2000:],
         probe_cpu_s=clock.thread_cpu_s,
     )
-
-
-def _start_py_spy(pid: int, out: Path) -> subprocess.Popen[bytes] | None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-    argv = [py_spy, "record", "--format", "raw", "--rate", "200", "-p", str(pid), "-o", str(out)]
-    try:
-        return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    except OSError as e:
-        print(f"py-spy not started ({e}); install it with pip", file=sys.stderr)
-        return None
 
 
 async def _watch_children(pid: int, stack_processes: dict[str, psutil.Process]) -> None:

@@ -8,9 +8,10 @@ involved, so every millisecond measured is framework overhead: HTTP, JSON, valid
 
 This benchmark process is the rollout driver: a bounded pool of aiohttp workers keeps exactly ``concurrency``
 rollouts in flight. For each concurrency it reports throughput, CPU per rollout summed over every process (driver
-and servers), peak resident memory of the whole stack, latency percentiles and failures.
+and servers), peak resident memory of the whole stack, latency percentiles and failures. With ``--client collect``
+it drives nothing itself: each point is the whole ``gym eval run --no-serve`` command (``collect_point.py``).
 
-    .venv/bin/python benchmarks/rollout_overhead/run.py --concurrency 16,256,1024,4096 --json results/overhead.json
+    .venv/bin/python benchmarks/performance/rollout_overhead/run.py --concurrency 16,256,1024,4096 --json out.json
 """
 
 from __future__ import annotations

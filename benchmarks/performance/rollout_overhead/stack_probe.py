@@ -142,15 +142,11 @@ def profiling(stack: Stack, directory: Path | None, label: str) -> Any:
         return
     directory.mkdir(parents=True, exist_ok=True)
     spies = []
-    py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     for name, proc in stack.processes.items():
-        out = directory / f"{label}-{name.replace('/', '_')}.txt"
-        argv = [py_spy, "record", "--format", "raw", "--rate", "200", "-p", str(proc.pid), "-o", str(out)]
-        try:
-            spies.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        except OSError as e:
-            print(f"py-spy not started ({e}); install it with pip", file=sys.stderr)
+        spy = start_py_spy(proc.pid, directory / f"{label}-{name.replace('/', '_')}.txt")
+        if spy is None:
             break
+        spies.append(spy)
     try:
         yield
     finally:
@@ -161,6 +157,17 @@ def profiling(stack: Stack, directory: Path | None, label: str) -> Any:
                 spy.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 spy.kill()
+
+
+def start_py_spy(pid: int, out: Path) -> subprocess.Popen[bytes] | None:
+    """``py-spy record`` of one process into ``out`` (collapsed stacks, 200 Hz); it ends with the process or SIGINT."""
+    py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    argv = [py_spy, "record", "--format", "raw", "--rate", "200", "-p", str(pid), "-o", str(out)]
+    try:
+        return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    except OSError as e:
+        print(f"py-spy not started ({e}); install it with pip", file=sys.stderr)
+        return None
 
 
 def rss_growth(samples: list[tuple[float, float]], start: float, wall: float) -> float:
