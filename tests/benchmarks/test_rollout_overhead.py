@@ -36,3 +36,29 @@ def test_a_tiny_sweep_reports_every_point_with_no_failure(client: str, tmp_path:
     assert all(set(p["rss_peak_by_process_mb"]) >= {"driver", "policy_model"} for p in points)
     if sys.platform == "linux":
         assert all(0 < p["pss_peak_mb"] <= p["rss_peak_mb"] for p in points)
+
+
+def test_collect_mode_times_the_whole_collect_command_with_every_process(tmp_path: Path) -> None:
+    """--client collect runs `gym eval run --no-serve` per point and reports its rates, start-up and processes."""
+    out = tmp_path / "bench.json"
+    argv = [sys.executable, str(SCRIPT), "--client", "collect", "--concurrency", "2,8", "--rollouts-per-point", "20"]
+    argv += ["--rounds", "2", "--warmup", "4", "--json", str(out)]
+    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=200)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "whole `gym eval run --no-serve` per point" in done.stdout
+
+    report = json.loads(out.read_text())
+    assert set(report["process_roles"].values()) == {"agent", "model", "resources"}
+    points = report["points"]
+    assert [(p["round"], p["concurrency"]) for p in points] == [(1, 2), (1, 8), (2, 2), (2, 8)]  # interleaved
+    for p in points:
+        assert (p["ok"], p["failures"]) == (20, {})
+        assert set(p["cpu_s_by_process"]) >= {"launcher", "collector", "policy_model"}
+        assert p["cpu_s_by_process"]["collector"] > 0 and p["collector_rss_peak_mb"] > 0
+        assert "collector" in p["rss_peak_by_process_mb"]  # sampled with the stack while it ran
+        # The model server saw its first request after the command started, and the command ran past the last one.
+        assert 0 < p["first_model_request_s"] < p["wall_s"]
+        assert p["steady_rollouts_per_s"] >= p["rollouts_per_s"] > 0
+    for summary in report["summary"]:
+        assert (summary["rounds"], summary["ok"], summary["failed"]) == (2, 40, 0)
+        assert summary["cpu_ms_by_process"]["collector"] > 0

@@ -8,9 +8,10 @@ involved, so every millisecond measured is framework overhead: HTTP, JSON, valid
 
 This benchmark process is the rollout driver: a bounded pool of aiohttp workers keeps exactly ``concurrency``
 rollouts in flight. For each concurrency it reports throughput, CPU per rollout summed over every process (driver
-and servers), peak resident memory of the whole stack, latency percentiles and failures.
+and servers), peak resident memory of the whole stack, latency percentiles and failures. With ``--client collect``
+it drives nothing itself: each point is the whole ``gym eval run --no-serve`` command (``collect_point.py``).
 
-    .venv/bin/python benchmarks/rollout_overhead/run.py --concurrency 16,256,1024,4096 --json results/overhead.json
+    .venv/bin/python benchmarks/performance/rollout_overhead/run.py --concurrency 16,256,1024,4096 --json out.json
 """
 
 from __future__ import annotations
@@ -23,13 +24,12 @@ import importlib.metadata
 import importlib.util
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,8 @@ import orjson
 REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO))
 
+from collect_point import CollectRun, collect_command, run_collect, write_rows  # noqa: E402
+from results import PointResult, print_collect_table, print_table, summarize  # noqa: E402
 from stack_probe import (  # noqa: E402
     MemorySampler,
     Stack,
@@ -57,48 +59,8 @@ from nemo_gym.transport import access  # noqa: E402
 ENVIRONMENT = "example_single_tool_call"
 AGENT = f"{ENVIRONMENT}_simple_agent"
 NO_PROGRESS_ABORT_S = 60.0
-
-
-@dataclass
-class PointResult:
-    """Everything measured at one concurrency."""
-
-    concurrency: int
-    requested: int
-    round: int = 1
-    completed: int = 0
-    ok: int = 0
-    wall_s: float = 0.0
-    rollouts_per_s: float = 0.0
-    cpu_ms_per_rollout: float = 0.0
-    cpu_s_by_process: dict[str, float] = field(default_factory=dict)
-    cpu_system_s: float = 0.0
-    """Kernel part of the stack's CPU (loopback TCP, epoll): what no Python change can remove."""
-    background_cpu_s: float = 0.0
-    """CPU used by processes outside the stack during the point: other load on the box skews every number."""
-    steal_s: float = 0.0
-    """CPU time the hypervisor took for other guests during the point."""
-    calibration_ms: float = 0.0
-    """A fixed Python loop timed just before the point (see ``cpu_calibration_ms``): higher means a slower box."""
-    rss_start_mb: float = 0.0
-    rss_peak_mb: float = 0.0
-    rss_end_mb: float = 0.0
-    rss_peak_by_process_mb: dict[str, float] = field(default_factory=dict)
-    pss_peak_mb: float = 0.0
-    """Peak of the summed proportional set sizes: shared library pages counted once, not once per process."""
-    pss_peak_by_process_mb: dict[str, float] = field(default_factory=dict)
-    fds_peak: int = 0
-    latency_ms: dict[str, float] = field(default_factory=dict)
-    failures: dict[str, int] = field(default_factory=dict)
-    aborted: str = ""
-    rss_growth_mb: float = 0.0
-    """RSS at 90% of the point minus RSS at 50%: about 0 means memory is flat under a steady load."""
-    rss_growth_by_process_mb: dict[str, float] = field(default_factory=dict)
-    rss_timeline_mb: list[tuple[float, float]] = field(default_factory=list)
-
-    @property
-    def failed(self) -> int:
-        return sum(self.failures.values())
+ROLES = {"responses_api_agents": "agent", "responses_api_models": "model", "resources_servers": "resources"}
+"""Short names for the collect table's CPU columns."""
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -162,7 +124,21 @@ class RawClient:
         await self._session.close()
 
 
-CLIENTS = {"framework": FrameworkClient, "raw": RawClient}
+CLIENTS: dict[str, type[FrameworkClient | RawClient]] = {"framework": FrameworkClient, "raw": RawClient}
+COLLECT = "collect"
+"""The third ``--client``: no driver of ours, the whole ``gym eval run --no-serve`` command (``collect_point.py``)."""
+
+
+@dataclass
+class Target:
+    """Where a point's rollouts go: the agent's ``/run`` for our own clients; for ``--client collect`` the head
+    server the collect command is pointed at and the model server whose reads time the model requests."""
+
+    url: str
+    rows: list[dict[str, Any]]
+    head: tuple[str, int]
+    model_pid: int
+    workdir: Path
 
 
 async def drive(
@@ -172,7 +148,8 @@ async def drive(
     latencies: list[float] = []
     failures: Counter[str] = Counter()
     state = {"next": 0, "done": 0, "ok": 0, "stop_issuing": False}
-    client = CLIENTS[args.client](concurrency, args.request_timeout)
+    # --client collect warms the stack up through the framework's transport, as its collect command calls /run.
+    client = CLIENTS.get(args.client, FrameworkClient)(concurrency, args.request_timeout)
     max_point_s = args.max_point_seconds
     clock = time.perf_counter
 
@@ -233,8 +210,29 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[index]
 
 
+async def run_collect_point(
+    stack: Stack, target: Target, concurrency: int, total: int, args: argparse.Namespace
+) -> tuple[CollectRun, Counter[str]]:
+    """One whole collect command with ``total`` rows; failures by kind as ``drive`` counts them."""
+    label = f"c{concurrency}-{time.monotonic_ns()}"
+    inputs = write_rows(target.rows, total, target.workdir / f"{label}-in.jsonl")
+    output = target.workdir / f"{label}-out.jsonl"
+    command = collect_command(AGENT, inputs, output, concurrency, target.head, target.workdir)
+    spy = args.py_spy / f"c{concurrency}-collector.txt" if args.py_spy else None
+    collect = await run_collect(command, target.model_pid, stack.processes, output, spy)
+    failures: Counter[str] = Counter()
+    if collect.exit_code:
+        failures[f"exit_{collect.exit_code}"] += 1
+        print(f"collect command exited {collect.exit_code}:\n{collect.output_tail}", file=sys.stderr, flush=True)
+    if collect.failed:
+        failures["not_reward_1"] += collect.failed
+    if collect.ok + collect.failed < total:
+        failures["missing"] += total - collect.ok - collect.failed
+    return collect, failures
+
+
 async def run_point(
-    stack: Stack, url: str, rows: list[dict[str, Any]], concurrency: int, total: int, args: argparse.Namespace
+    stack: Stack, target: Target, concurrency: int, total: int, args: argparse.Namespace
 ) -> PointResult:
     result = PointResult(concurrency=concurrency, requested=total, calibration_ms=cpu_calibration_ms())
     with MemorySampler(stack) as sampler, profiling(stack, args.py_spy, f"c{concurrency}"):
@@ -243,20 +241,38 @@ async def run_point(
         cpu_before = stack.cpu_seconds()
         machine_before = machine_busy_s()
         steal_before = machine_steal_s()
+        sampler_cpu_before = sampler.thread_cpu_s
         drive_started = time.monotonic() - sampler.t0
-        latencies, failures, ok, abort, wall = await drive(url, rows, concurrency, total, args)
+        collect: CollectRun | None = None
+        latencies: list[float]
+        if args.client == COLLECT:
+            collect, failures = await run_collect_point(stack, target, concurrency, total, args)
+            latencies, ok, abort, wall = [], collect.ok, "", collect.wall_s
+        else:
+            latencies, failures, ok, abort, wall = await drive(target.url, target.rows, concurrency, total, args)
         cpu_after = stack.cpu_seconds()
         machine_after = machine_busy_s()
         steal_after = machine_steal_s()
         await asyncio.sleep(0.3)
-    result.completed = len(latencies)
+    result.completed = collect.ok + collect.failed if collect else len(latencies)
     result.ok = ok
     result.wall_s = round(wall, 3)
     result.rollouts_per_s = round(ok / wall, 1) if wall > 0 else 0.0
     zero = (0.0, 0.0)
     cpu = {name: round(sum(cpu_after[name]) - sum(cpu_before.get(name, zero)), 3) for name in cpu_after}
-    result.cpu_s_by_process = cpu
     result.cpu_system_s = round(sum(after[1] - cpu_before.get(name, zero)[1] for name, after in cpu_after.items()), 3)
+    if collect is not None:
+        # The probes' threads run in the launcher process; their CPU is the benchmark's, not the stack's.
+        probes = collect.probe_cpu_s + sampler.thread_cpu_s - sampler_cpu_before
+        cpu["launcher"] = round(max(0.0, cpu["launcher"] - probes), 3)
+        cpu["collector"] = round(collect.cpu_s, 3)
+        result.cpu_system_s = round(result.cpu_system_s + collect.cpu_system_s, 3)
+        if collect.steady_s:
+            result.steady_rollouts_per_s = round(ok / collect.steady_s, 1)
+        result.first_model_request_s = round(collect.first_model_s or 0.0, 3)
+        result.collector_reported_per_s = collect.reported_per_s or 0.0
+        result.collector_rss_peak_mb = round(collect.peak_rss_mb, 1)
+    result.cpu_s_by_process = cpu
     result.cpu_ms_per_rollout = round(1000 * sum(cpu.values()) / max(ok, 1), 3)
     result.background_cpu_s = round(max(0.0, machine_after - machine_before - sum(cpu.values())), 2)
     result.steal_s = round(steal_after - steal_before, 2)
@@ -278,83 +294,6 @@ async def run_point(
     result.failures = dict(failures)
     result.aborted = abort
     return result
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# Environment facts and reporting
-
-
-@dataclass
-class Summary:
-    """One concurrency over every round: medians of rates and latencies, the worst memory, all failures."""
-
-    concurrency: int
-    rounds: int
-    ok: int
-    failed: int
-    rollouts_per_s: float
-    rollouts_per_s_by_round: list[float]
-    cpu_ms_per_rollout: float
-    cpu_ms_by_round: list[float]
-    rss_peak_mb: float
-    pss_peak_mb: float
-    rss_growth_mb: float
-    p50_ms: float
-    p99_ms: float
-    calibration_ms: float
-    notes: str
-
-
-def summarize(results: list[PointResult]) -> list[Summary]:
-    summaries = []
-    for concurrency in dict.fromkeys(r.concurrency for r in results):
-        points = [r for r in results if r.concurrency == concurrency]
-        failures: Counter[str] = Counter()
-        for r in points:
-            failures.update(r.failures)
-        notes = [", ".join(f"{k}={v}" for k, v in sorted(failures.items()))]
-        notes += [f"round {r.round}: {r.aborted}" for r in points if r.aborted]
-        busy = [r for r in points if r.background_cpu_s > 0.05 * r.wall_s]
-        if busy:
-            worst = max(r.background_cpu_s / r.wall_s for r in busy)
-            notes.append(f"busy box in {len(busy)} round(s): up to {worst:.0%} of a core used by other processes")
-        summaries.append(
-            Summary(
-                concurrency=concurrency,
-                rounds=len(points),
-                ok=sum(r.ok for r in points),
-                failed=sum(r.failed for r in points),
-                rollouts_per_s=round(statistics.median(r.rollouts_per_s for r in points), 1),
-                rollouts_per_s_by_round=[r.rollouts_per_s for r in points],
-                cpu_ms_per_rollout=round(statistics.median(r.cpu_ms_per_rollout for r in points), 2),
-                cpu_ms_by_round=[r.cpu_ms_per_rollout for r in points],
-                # Memory of the first round: later ones start from the high-water mark of the largest point before.
-                rss_peak_mb=points[0].rss_peak_mb,
-                pss_peak_mb=points[0].pss_peak_mb,
-                rss_growth_mb=max(r.rss_growth_mb for r in points),
-                p50_ms=round(statistics.median(r.latency_ms["p50"] for r in points), 1),
-                p99_ms=round(statistics.median(r.latency_ms["p99"] for r in points), 1),
-                calibration_ms=round(statistics.median(r.calibration_ms for r in points), 1),
-                notes="; ".join(n for n in notes if n),
-            )
-        )
-    return summaries
-
-
-def print_table(summaries: list[Summary]) -> None:
-    header = (
-        f"{'conc':>6} {'rounds':>6} {'ok':>7} {'fail':>5} {'rollouts/s':>10} {'CPU ms/r':>9} {'RSS peak MB':>11} "
-        f"{'PSS peak MB':>11} {'RSS growth':>10} {'p50 ms':>9} {'p99 ms':>9} {'calib ms':>8}  notes"
-    )
-    print("medians over rounds (rates, CPU, latency, calib); peak memory of the first round; largest growth")
-    print(header)
-    print("-" * len(header))
-    for s in summaries:
-        print(
-            f"{s.concurrency:>6} {s.rounds:>6} {s.ok:>7} {s.failed:>5} {s.rollouts_per_s:>10.1f} "
-            f"{s.cpu_ms_per_rollout:>9.2f} {s.rss_peak_mb:>11.0f} {s.pss_peak_mb:>11.0f} {s.rss_growth_mb:>10.1f} "
-            f"{s.p50_ms:>9.1f} {s.p99_ms:>9.1f} {s.calibration_ms:>8.1f}  {s.notes}"
-        )
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -381,10 +320,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--loop", choices=("auto", "asyncio", "uvloop"), default="auto", help="the driver's loop")
     parser.add_argument(
         "--client",
-        choices=tuple(CLIENTS),
+        choices=(*CLIENTS, COLLECT),
         default="framework",
         help="framework: the framework's pooled transport, as `gym eval run` uses it (default);\n"
-        "raw: one aiohttp connection per rollout in flight, as an external trainer might",
+        "raw: one aiohttp connection per rollout in flight, as an external trainer might;\n"
+        "collect: no driver of ours: each point runs the whole `gym eval run --no-serve` command\n"
+        "(rows = rollouts per point) and times it start to exit, with steady state and start-up tax",
     )
     parser.add_argument(
         "--override",
@@ -444,15 +385,22 @@ def main(argv: list[str] | None = None) -> int:
             os.environ[key] = value  # the launcher hands its environment to every server
         run = stack_cm.enter_context(running_servers(overrides, echo=False, startup_timeout_s=120))
         startup_s = time.monotonic() - started
-        stack = Stack({s.name: s.popen.pid for s in run.servers if s.popen is not None})
-        url = f"{run.urls[AGENT]}/run"
+        server_pids = {s.name: s.popen.pid for s in run.servers if s.popen is not None}
+        stack = Stack(server_pids, self_name="launcher" if args.client == COLLECT else "driver")
+        host, _, port = run.head_url.removeprefix("http://").rpartition(":")
+        model_pid = next(s.popen.pid for s in run.servers if s.popen and s.implementation == "scripted_model")
+        roles = {s.name: ROLES.get(s.server_type, s.server_type) for s in run.servers}
+        target = Target(f"{run.urls[AGENT]}/run", rows, (host, int(port)), model_pid, workdir)
         pids = ", ".join(f"{s.name} (pid {s.popen.pid})" for s in run.servers if s.popen is not None)
         print(f"stack ready in {startup_s:.1f} s: {pids}; client: {args.client}", flush=True)
-        results = run_sweep(stack, url, rows, levels, args, driver_loop_factory)
+        results = run_sweep(stack, target, levels, args, driver_loop_factory)
 
     summaries = summarize(results)
     print()
-    print_table(summaries)
+    if args.client == COLLECT:
+        print_collect_table(summaries, roles)
+    else:
+        print_table(summaries)
     if results:
         print(
             f"whole run: peak RSS {max(r.rss_peak_mb for r in results):.0f} MB, "
@@ -469,6 +417,7 @@ def main(argv: list[str] | None = None) -> int:
             "startup_s": round(startup_s, 2),
             "driver_loop": args.loop,
             "client": args.client,
+            "process_roles": roles,
             "overrides": args.override,
             "server_env": args.server_env,
             "summary": [asdict(s) for s in summaries],
@@ -481,8 +430,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_sweep(
     stack: Stack,
-    url: str,
-    rows: list[dict[str, Any]],
+    target: Target,
     levels: list[int],
     args: argparse.Namespace,
     driver_loop_factory: Callable[[], asyncio.AbstractEventLoop] | None,
@@ -492,18 +440,27 @@ def run_sweep(
         gc.collect()
         gc.freeze()
         if args.warmup:
-            warm = await drive(url, rows, 32, args.warmup, args)
+            warm = await drive(target.url, target.rows, 32, args.warmup, args)
             print(f"warm-up: {warm[2]}/{args.warmup} ok in {warm[4]:.1f} s", flush=True)
         results = []
         for round_number, concurrency in ((n, c) for n in range(1, args.rounds + 1) for c in levels):
             total = args.rollouts_per_point or max(5000, 3 * concurrency)
-            result = await run_point(stack, url, rows, concurrency, total, args)
+            result = await run_point(stack, target, concurrency, total, args)
             result.round = round_number
+            if args.client == COLLECT:
+                rates = (
+                    f"{result.rollouts_per_s:.1f} rollouts/s end to end, {result.steady_rollouts_per_s:.1f}/s steady, "
+                    f"first model request after {result.first_model_request_s:.2f} s"
+                )
+            else:
+                rates = (
+                    f"{result.rollouts_per_s:.1f} rollouts/s, "
+                    f"p50 {result.latency_ms['p50']:.0f} ms, p99 {result.latency_ms['p99']:.0f} ms"
+                )
             print(
-                f"round {round_number}, c={concurrency}: {result.ok}/{total} ok, {result.rollouts_per_s:.1f} rollouts/s, "
+                f"round {round_number}, c={concurrency}: {result.ok}/{total} ok, {rates}, "
                 f"{result.cpu_ms_per_rollout:.2f} CPU ms/rollout, peak RSS {result.rss_peak_mb:.0f} MB "
-                f"(PSS {result.pss_peak_mb:.0f} MB), "
-                f"p50 {result.latency_ms['p50']:.0f} ms, p99 {result.latency_ms['p99']:.0f} ms"
+                f"(PSS {result.pss_peak_mb:.0f} MB), calib {result.calibration_ms:.0f} ms"
                 + (f", failures {result.failures}" if result.failures else "")
                 + (f" [{result.aborted}]" if result.aborted else ""),
                 flush=True,

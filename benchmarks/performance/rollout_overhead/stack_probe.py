@@ -29,10 +29,11 @@ LIBRARIES = ("fastapi", "starlette", "uvicorn", "uvloop", "httptools", "pydantic
 
 
 class Stack:
-    """The driver (this process) and every server process, by a readable name."""
+    """This process (the driver, or only the launcher with ``--client collect``) and every server process, by a
+    readable name. The collect command joins ``processes`` while it runs, so readers iterate over a copy."""
 
-    def __init__(self, server_pids: dict[str, int]) -> None:
-        self.processes: dict[str, psutil.Process] = {"driver": psutil.Process(os.getpid())}
+    def __init__(self, server_pids: dict[str, int], self_name: str = "driver") -> None:
+        self.processes: dict[str, psutil.Process] = {self_name: psutil.Process(os.getpid())}
         for name, pid in server_pids.items():
             root = psutil.Process(pid)
             self.processes[name] = root
@@ -43,7 +44,7 @@ class Stack:
     def cpu_seconds(self) -> dict[str, tuple[float, float]]:
         """(user, system) CPU seconds per process."""
         out = {}
-        for name, proc in self.processes.items():
+        for name, proc in list(self.processes.items()):
             with contextlib.suppress(psutil.Error):
                 times = proc.cpu_times()
                 out[name] = (times.user, times.system)
@@ -51,7 +52,7 @@ class Stack:
 
     def rss_bytes(self) -> dict[str, int]:
         out = {}
-        for name, proc in self.processes.items():
+        for name, proc in list(self.processes.items()):
             with contextlib.suppress(psutil.Error):
                 out[name] = proc.memory_info().rss
         return out
@@ -63,7 +64,7 @@ class Stack:
         RSS counts them once per process (~19 MB each here). Linux only; empty elsewhere.
         """
         out = {}
-        for name, proc in self.processes.items():
+        for name, proc in list(self.processes.items()):
             with contextlib.suppress(OSError, ValueError):
                 for line in Path(f"/proc/{proc.pid}/smaps_rollup").read_text().splitlines():
                     if line.startswith("Pss:"):
@@ -73,7 +74,7 @@ class Stack:
 
     def fds(self) -> int:
         total = 0
-        for proc in self.processes.values():
+        for proc in list(self.processes.values()):
             with contextlib.suppress(psutil.Error):
                 total += proc.num_fds()
         return total
@@ -92,6 +93,8 @@ class MemorySampler:
         self.pss_peak_total = 0
         self.pss_peak_by_process: dict[str, int] = {}
         self.fds_peak = 0
+        self.thread_cpu_s = 0.0
+        """CPU this sampling thread has used so far: the benchmark's, not the stack's."""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="rss-sampler", daemon=True)
         self.t0 = time.monotonic()
@@ -106,6 +109,7 @@ class MemorySampler:
 
     def _loop(self) -> None:
         tick = 0
+        cpu_start = time.thread_time()
         while True:
             by_process = self.stack.rss_bytes()
             total = sum(by_process.values())
@@ -121,6 +125,7 @@ class MemorySampler:
                 for name, value in pss.items():
                     self.pss_peak_by_process[name] = max(self.pss_peak_by_process.get(name, 0), value)
             tick += 1
+            self.thread_cpu_s = time.thread_time() - cpu_start
             if self._stop.wait(RSS_SAMPLE_EVERY_S):
                 return
 
@@ -137,15 +142,11 @@ def profiling(stack: Stack, directory: Path | None, label: str) -> Any:
         return
     directory.mkdir(parents=True, exist_ok=True)
     spies = []
-    py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     for name, proc in stack.processes.items():
-        out = directory / f"{label}-{name.replace('/', '_')}.txt"
-        argv = [py_spy, "record", "--format", "raw", "--rate", "200", "-p", str(proc.pid), "-o", str(out)]
-        try:
-            spies.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        except OSError as e:
-            print(f"py-spy not started ({e}); install it with pip", file=sys.stderr)
+        spy = start_py_spy(proc.pid, directory / f"{label}-{name.replace('/', '_')}.txt")
+        if spy is None:
             break
+        spies.append(spy)
     try:
         yield
     finally:
@@ -156,6 +157,17 @@ def profiling(stack: Stack, directory: Path | None, label: str) -> Any:
                 spy.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 spy.kill()
+
+
+def start_py_spy(pid: int, out: Path) -> subprocess.Popen[bytes] | None:
+    """``py-spy record`` of one process into ``out`` (collapsed stacks, 200 Hz); it ends with the process or SIGINT."""
+    py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    argv = [py_spy, "record", "--format", "raw", "--rate", "200", "-p", str(pid), "-o", str(out)]
+    try:
+        return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    except OSError as e:
+        print(f"py-spy not started ({e}); install it with pip", file=sys.stderr)
+        return None
 
 
 def rss_growth(samples: list[tuple[float, float]], start: float, wall: float) -> float:
@@ -216,7 +228,7 @@ def machine_info(fd_limits: dict[str, int], repo: Path) -> dict[str, Any]:
             if line.startswith("model name"):
                 cpu_model = line.split(":", 1)[1].strip()
                 break
-    versions = {}
+    versions: dict[str, str | None] = {}
     for name in LIBRARIES:
         try:
             versions[name] = importlib.metadata.version(name)

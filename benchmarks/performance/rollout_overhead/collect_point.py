@@ -1,0 +1,211 @@
+"""One point of ``--client collect``: the whole ``gym eval run --no-serve`` command, timed as a user runs it.
+
+The benchmark's stack is already up; each point starts the collect command as a subprocess (the venv's ``gym``
+console script, so interpreter start-up, imports and config composition are all in the time) with N input rows, and
+times it from ``Popen`` to its exit. Around it:
+
+* **Model requests, first and last.** A thread polls ``/proc/<model server pid>/io`` every 2 ms: ``rchar`` (bytes the
+  process has read, sockets included) moves only when a request reaches the model server, so its first change after
+  the collect command starts is the first model request and its last change the last one (±2 ms). Chosen over the
+  alternatives because it changes nothing that is measured: uvicorn's access log (``+uvicorn_access_log=true``) is one
+  switch for every server, so it would add a log line to each of the 6 requests of a rollout in all three servers and
+  its lines carry no time stamp; a time-stamping proxy in front of the model adds a whole HTTP hop (two per rollout) to
+  a 2-core box whose CPU is the thing measured; the scripted model's ``created_at`` has one-second resolution.
+* **CPU per process**, collector included: psutil deltas for the servers and the launcher (this process, less the
+  probe threads' own CPU), and for the collector the kernel's exact account at exit (``os.wait4``'s rusage, which
+  includes any child it waited for; psutil cannot read a process once it has exited).
+* **Memory**: the collector (and its children) join the stack's RSS/PSS sampler while it runs; its own exact peak is
+  ``ru_maxrss`` from the same rusage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+import psutil
+from stack_probe import start_py_spy
+
+MODEL_CLOCK_POLL_S = 0.002
+COLLECTOR = "collector"
+
+
+class ModelRequestClock:
+    """When the model server first and last read bytes from a socket, from ``/proc/<pid>/io`` on a thread."""
+
+    def __init__(self, pid: int) -> None:
+        self._path = f"/proc/{pid}/io"
+        self.first: float | None = None
+        self.last: float | None = None
+        self.thread_cpu_s = 0.0
+        """CPU this thread used: taken off the launcher's account, it is the probe's, not the stack's."""
+        self._window_open = self._window_closed = float("inf")
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="model-clock", daemon=True)
+
+    def _rchar(self) -> int:
+        with open(self._path, "rb") as f:
+            return int(f.readline().split()[1])  # first line: "rchar: N"
+
+    def __enter__(self) -> ModelRequestClock:
+        self._baseline = self._rchar()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def open_window(self) -> float:
+        """Reads count from now on (the collect command starts): anything earlier is the previous point's."""
+        self._window_open = time.perf_counter()
+        return self._window_open
+
+    def close_window(self) -> float:
+        """Reads no longer count (the collect command has exited)."""
+        self._window_closed = time.perf_counter()
+        return self._window_closed
+
+    def _loop(self) -> None:
+        cpu_start = time.thread_time()
+        seen = self._baseline
+        while not self._stop.wait(MODEL_CLOCK_POLL_S):
+            with contextlib.suppress(OSError, ValueError):
+                now_bytes = self._rchar()
+                if now_bytes != seen:
+                    seen = now_bytes
+                    now = time.perf_counter()
+                    if not self._window_open <= now <= self._window_closed:
+                        continue
+                    if self.first is None:
+                        self.first = now
+                    self.last = now
+        self.thread_cpu_s = time.thread_time() - cpu_start
+
+
+@dataclass
+class CollectRun:
+    """What one collect command did, as seen from outside it."""
+
+    wall_s: float
+    exit_code: int
+    ok: int
+    failed: int
+    first_model_s: float | None
+    """Collect command start -> first model request."""
+    steady_s: float | None
+    """First model request -> last model request."""
+    cpu_s: float
+    cpu_system_s: float
+    peak_rss_mb: float
+    reported_per_s: float | None
+    """The rate the command prints itself (its own clock starts after its start-up)."""
+    output_tail: str
+    probe_cpu_s: float
+    """CPU of the model-clock thread (in the launcher process): not the stack's."""
+
+
+def write_rows(rows: list[dict[str, Any]], total: int, path: Path) -> Path:
+    """``total`` input rows cycling over the environment's examples: rows = N, one rollout each."""
+    with path.open("wb") as f:
+        for i in range(total):
+            f.write(orjson.dumps(rows[i % len(rows)]) + b"\n")
+    return path
+
+
+def collect_command(
+    agent: str, input_path: Path, output_path: Path, concurrency: int, head: tuple[str, int], workdir: Path
+) -> list[str]:
+    """The command line a user types against servers started with ``gym env start`` (here: by the benchmark)."""
+    gym = Path(sys.executable).parent / "gym"
+    host, port = head
+    return [
+        str(gym), "eval", "run", "--no-serve", "--agent", agent, "--input", str(input_path),
+        "--output", str(output_path), "--concurrency", str(concurrency), "--overwrite",
+        f"+head_server={{host: {host}, port: {port}}}",
+        f"+results_dir={workdir / 'results'}", f"+cache_dir={workdir / 'cache'}",
+    ]  # fmt: skip
+
+
+def count_scored(path: Path) -> tuple[int, int]:
+    """(rows with reward 1.0, other rows) in the collector's output."""
+    ok = failed = 0
+    with contextlib.suppress(OSError), path.open("rb") as f:
+        for line in f:
+            if line.strip():
+                if orjson.loads(line).get("reward") == 1.0:
+                    ok += 1
+                else:
+                    failed += 1
+    return ok, failed
+
+
+_RATE = re.compile(r"rollouts scored, .* in [0-9.]+s \(([0-9.]+)/s\)")
+
+
+async def run_collect(
+    command: list[str],
+    model_pid: int,
+    stack_processes: dict[str, psutil.Process],
+    output_path: Path,
+    spy_path: Path | None = None,
+) -> CollectRun:
+    """Start the collect command, add it to ``stack_processes`` while it runs, wait for it with its rusage;
+    with ``spy_path``, py-spy records it from its first milliseconds to its exit."""
+    log_path = output_path.with_suffix(".log")
+    env = os.environ | {"NEMO_GYM_ENV_YAML": ""}  # a user's env.yaml in the checkout must not change the run
+    with ModelRequestClock(model_pid) as clock, log_path.open("wb") as log:
+        started = clock.open_window()
+        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+        with contextlib.suppress(psutil.Error):
+            stack_processes[COLLECTOR] = psutil.Process(proc.pid)
+        children_task = asyncio.create_task(_watch_children(proc.pid, stack_processes))
+        spy = start_py_spy(proc.pid, spy_path) if spy_path else None
+        _, status, usage = await asyncio.to_thread(os.wait4, proc.pid, 0)
+        ended = clock.close_window()
+        proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here, so Popen must not wait again
+        children_task.cancel()
+        for name in [n for n in stack_processes if n.startswith(COLLECTOR)]:
+            del stack_processes[name]
+    if spy is not None:  # it stops by itself when the collector exits
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            await asyncio.to_thread(spy.wait, 30)
+    ok, failed = count_scored(output_path)
+    text = log_path.read_text(errors="replace")
+    match = _RATE.search(text)
+    first = clock.first - started if clock.first is not None else None
+    steady = clock.last - clock.first if clock.first is not None and clock.last is not None else None
+    return CollectRun(
+        wall_s=ended - started,
+        exit_code=proc.returncode,
+        ok=ok,
+        failed=failed,
+        first_model_s=first,
+        steady_s=steady,
+        cpu_s=usage.ru_utime + usage.ru_stime,
+        cpu_system_s=usage.ru_stime,
+        peak_rss_mb=usage.ru_maxrss / 1024,  # KiB on Linux
+        reported_per_s=float(match.group(1)) if match else None,
+        output_tail=text[-2000:],
+        probe_cpu_s=clock.thread_cpu_s,
+    )
+
+
+async def _watch_children(pid: int, stack_processes: dict[str, psutil.Process]) -> None:
+    """Children the collector starts (none today) join the memory sampler as ``collector/childN``."""
+    with contextlib.suppress(psutil.Error):
+        root = psutil.Process(pid)
+        while True:
+            for i, child in enumerate(root.children(recursive=True)):
+                stack_processes.setdefault(f"{COLLECTOR}/child{i}", child)
+            await asyncio.sleep(0.5)
