@@ -63,7 +63,6 @@ __all__ = [
     "NG_TRAJECTORY_KEY",
     "RolloutCollectionConfig",
     "RolloutCollectionHelper",
-    "RolloutCompletions",
     "ServerClient",
     "_attach_trajectory_record",
     "_get_max_rollout_attempts",
@@ -147,7 +146,7 @@ class RolloutCollectionHelper:
         examples: Iterable[dict[str, Any]],
         head_server_config: BaseServerConfig | None = None,
         semaphore: asyncio.Semaphore | None = None,
-    ) -> RolloutCompletions:
+    ) -> _RolloutCompletions:
         """Each row needs ``agent_ref`` (``{"name": ...}``). ``examples`` is one batch: all of it is scheduled at once
         and at most ``semaphore`` rollouts are in flight (default: the default of ``gym eval run --concurrency``).
 
@@ -168,10 +167,10 @@ class RolloutCollectionHelper:
                 result = await _judge_rollout(send(name, row))
             return row, result.as_result() if isinstance(result, _RolloutFailure) else result
 
-        return RolloutCompletions(run_one(row) for row in examples)
+        return _RolloutCompletions(run_one(row) for row in examples)
 
 
-class RolloutCompletions:
+class _RolloutCompletions:
     """The rollouts of one ``run_examples`` batch, started when first iterated (inside the caller's event loop).
 
     Two ways to read them, both in completion order: ``async for`` yields each ``(row, result)``; plain ``for``
