@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 from collections.abc import Iterator
 from typing import Any
 
@@ -83,10 +84,14 @@ class HFPolicyModel(SimpleResponsesAPIModel):
 
 
 @contextlib.contextmanager
-def serve_policy(policy: HFPolicy, name: str = "policy_model") -> Iterator[str]:
-    """Serve ``policy`` on 127.0.0.1 from a background thread of this process; yields the base URL."""
+def serve_policy(policy: HFPolicy, name: str = "policy_model", sock: socket.socket | None = None) -> Iterator[str]:
+    """Serve ``policy`` on 127.0.0.1 from a background thread of this process; yields the base URL.
+
+    ``sock``: a bound socket to serve on, e.g. the port the config composer reserved for the ``policy_model``
+    instance, so the agents launched from that config find the in-process server where the config says it is.
+    """
     from nemo_gym.testing import serve_in_thread
 
     config = HFPolicyModelConfig(host="127.0.0.1", port=0, entrypoint="app.py", name=name)
-    with serve_in_thread(HFPolicyModel.around(policy, config).setup_webserver()) as url:
+    with serve_in_thread(HFPolicyModel.around(policy, config).setup_webserver(), sock) as url:
         yield url
