@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,7 +22,7 @@ from typing import Any
 from nemo_gym.errors import ConfigError, TrainingError
 from nemo_gym.jsonl import iter_jsonl
 
-__all__ = ["GRPOSettings", "GRPOSummary", "base_checkpoint", "plot_reward_curve", "train_grpo"]
+__all__ = ["GRPOSettings", "GRPOSummary", "base_checkpoint", "plot_reward_curve", "policy_socket", "train_grpo"]
 
 POLICY_INSTANCE = "policy_model"
 
@@ -55,6 +56,20 @@ class GRPOSummary:
     metrics_path: pathlib.Path
     curve_path: pathlib.Path | None
     history: list[dict[str, float]]
+
+
+def policy_socket() -> socket.socket:
+    """The listening socket the composer reserved for ``policy_model``, for the in-process server to serve on.
+
+    A duplicate: the launcher closes every reservation once its children have taken theirs over, and this one it
+    never hands to a child.
+    """
+    from nemo_gym.config.ports import get_reservation
+
+    reservation = get_reservation(POLICY_INSTANCE)
+    if reservation is None:
+        raise TrainingError(f"no port was reserved for {POLICY_INSTANCE!r}: compose the config with reserve_ports")
+    return reservation.socket.dup()
 
 
 def _require_train_extra() -> None:
@@ -146,7 +161,6 @@ def train_grpo(settings: GRPOSettings, on_step: Callable[[dict[str, float]], Non
     from trl import GRPOConfig, GRPOTrainer
 
     from nemo_gym.config.compose import ComposeOptions, compose
-    from nemo_gym.config.ports import get_reservation
     from nemo_gym.launcher import running_servers
     from nemo_gym.rollouts.run import agent_urls
     from nemo_gym.training.policy import HFPolicy
@@ -165,7 +179,7 @@ def train_grpo(settings: GRPOSettings, on_step: Callable[[dict[str, float]], Non
     output.mkdir(parents=True, exist_ok=True)
     base = base_checkpoint(settings.model_path, pathlib.Path(str(composed.config.get("cache_dir") or "cache")))
     policy = HFPolicy.load(str(base))
-    reservation = get_reservation(POLICY_INSTANCE)
+    sock = policy_socket()
     metrics_path = output / "metrics.jsonl"
     metrics_path.write_text("")
     history: list[dict[str, float]] = []
@@ -201,7 +215,7 @@ def train_grpo(settings: GRPOSettings, on_step: Callable[[dict[str, float]], Non
         gradient_checkpointing=False,
         disable_tqdm=True,
     )
-    with serve_policy(policy, POLICY_INSTANCE, reservation.socket if reservation else None):
+    with serve_policy(policy, POLICY_INSTANCE, sock):
         with running_servers(config=composed, external=settings.external) as launcher:
             rollouts = AgentRollouts(
                 agent_urls(launcher.composed)[agent],
