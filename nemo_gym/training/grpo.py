@@ -157,7 +157,7 @@ def train_grpo(settings: GRPOSettings, on_step: Callable[[dict[str, float]], Non
     """Run GRPO through the environment's servers; see the module docstring."""
     _require_train_extra()
     import torch
-    from transformers import TrainerCallback
+    from transformers import PrinterCallback, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
     from nemo_gym.config.compose import ComposeOptions, compose
@@ -232,6 +232,7 @@ def train_grpo(settings: GRPOSettings, on_step: Callable[[dict[str, float]], Non
                 rollout_func=rollouts,
                 callbacks=[Record()],
             )
+            trainer.remove_callback(PrinterCallback)  # the progress bar and metrics.jsonl say it, once
             trainer.train()
     checkpoint = output / "checkpoint"
     policy.model.save_pretrained(checkpoint)
