@@ -31,7 +31,8 @@ __all__ = ["HFPolicyModel", "HFPolicyModelConfig", "serve_policy"]
 
 class HFPolicyModelConfig(BaseResponsesAPIModelConfig):
     model_path: str | None = None
-    """A checkpoint directory (``gym train grpo`` writes one) or a GGUF file; empty = the embedded SmolLM2 GGUF."""
+    """A checkpoint directory (``gym train grpo`` writes one) or a GGUF file, as an absolute path (the server runs in
+    its own folder); empty = the embedded SmolLM2 GGUF."""
     default_max_output_tokens: int = 256
     """Used when a request sets no ``max_output_tokens``."""
     torch_threads: int | None = None

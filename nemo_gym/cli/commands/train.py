@@ -74,7 +74,7 @@ def grpo(invocation: Invocation) -> int:
         console.print(f"curve:      {summary.curve_path}", markup=False)
     console.print(
         "score it:   gym eval run --environment NAME --model-type hf_policy_model "
-        f"+policy_model.responses_api_models.hf_policy_model.model_path={summary.checkpoint} ...",
+        f"+policy_model.responses_api_models.hf_policy_model.model_path={summary.checkpoint.resolve()} ...",
         markup=False,
     )
     return 0
