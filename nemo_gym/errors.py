@@ -8,6 +8,7 @@ person" from a bug. Each branch says whose move it is:
 * :class:`LaunchError` — servers could not be brought up (a venv that does not build, a server that exits).
 * :class:`RegistryError` — a dataset registry refused or failed an operation.
 * :class:`TransportError` — a call between servers failed (connection, HTTP status, deadline).
+* :class:`TrainingError` — training could not go on; :class:`TokenDriftError`, a rollout broke the token-id chain.
 
 The CLI prints any of them as one line and exits 1 (``-v`` adds the traceback); anything else is a bug and keeps its
 traceback. The config errors NeMo Gym names (``ConfigPathNotFoundError``, ...) are defined here too; other concrete
@@ -33,6 +34,8 @@ __all__ = [
     "RegistryError",
     "SandboxCreateError",
     "ServerRefNotFoundError",
+    "TokenDriftError",
+    "TrainingError",
     "TransportError",
     "UserError",
 ]
@@ -98,6 +101,16 @@ class SandboxCreateError(LaunchError, RuntimeError):
     """A sandbox provider could not create a sandbox: its runtime is missing, the image failed, or it never got ready.
 
     Also a ``RuntimeError``, as in NeMo Gym, so code written against NeMo Gym's sandbox API keeps catching it.
+    """
+
+
+class TrainingError(NeMoGymError):
+    """Training could not go on (``gym train``, ``nemo_gym.training``): a missing ``train`` extra, a bad rollout."""
+
+
+class TokenDriftError(TrainingError, ValueError):
+    """A rollout's turns break the token-id chain: a turn's prompt ids do not start with the previous turn's prompt and
+    generated ids, so a trainer would score tokens the model never saw (the message names the rollout, turn and offset).
     """
 
 

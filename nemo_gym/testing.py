@@ -104,10 +104,11 @@ class FakeUpstream:
 
 
 @contextlib.contextmanager
-def serve_in_thread(app: Any) -> Iterator[str]:
-    """Run an ASGI app under uvicorn on 127.0.0.1 (a free port) and yield its base URL."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
+def serve_in_thread(app: Any, sock: socket.socket | None = None) -> Iterator[str]:
+    """Run an ASGI app under uvicorn on 127.0.0.1 (a free port, or the bound ``sock`` given) and yield its base URL."""
+    if sock is None:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
 

