@@ -72,7 +72,6 @@ LAYERS: dict[str, int] = {
     "skills": 6,
     "mcp_auto_exposure": 6,
     "viewer/": 6,
-    "training/": 6,
     # 7: the command line
     "cli/": 7,
 }

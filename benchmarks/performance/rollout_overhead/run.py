@@ -40,7 +40,7 @@ REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO))
 
 from collect_point import CollectRun, collect_command, run_collect, write_rows  # noqa: E402
-from results import PointResult, print_collect_table, print_table, summarize  # noqa: E402
+from point_results import PointResult, print_collect_table, print_table, summarize  # noqa: E402
 from stack_probe import (  # noqa: E402
     MemorySampler,
     Stack,
