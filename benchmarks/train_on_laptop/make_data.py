@@ -1,4 +1,5 @@
-"""Write the benchmark's rows: capital cities, 50 countries to train on and 20 other countries held out.
+"""Write the benchmark's rows: capital cities, 50 countries to train on and 20 other countries held out, each plain
+(``<split>.jsonl``) and after one worked example turn (``<split>_oneshot.jsonl``, the measured run).
 
 Each row asks for the capital and a closing ``Final answer: <city>`` line, which string_match reads
 (``extraction_mode: final_answer``). Deterministic: the same files on every run.
@@ -36,6 +37,19 @@ def row(country: str, city: str) -> dict:
     return {"responses_create_params": {"input": [{"role": "user", "content": question}]}, "expected_answer": city}
 
 
+EXAMPLE_TURN = [
+    {"role": "user", "content": "What is the capital of Peru?"},
+    {"role": "assistant", "content": "The capital of Peru is Lima.\nFinal answer: Lima"},
+]
+
+
+def one_shot_row(country: str, city: str) -> dict:
+    """The same question after one worked example turn: the untrained model follows the answer format only when an
+    earlier assistant turn shows it (see README, "Probes")."""
+    question = {"role": "user", "content": f"What is the capital of {country}?"}
+    return {"responses_create_params": {"input": [*EXAMPLE_TURN, question]}, "expected_answer": city}
+
+
 def main() -> None:
     items = sorted(CAPITALS.items())
     random.Random(0).shuffle(items)
@@ -44,6 +58,8 @@ def main() -> None:
     for name, part in (("heldout", items[:HELD_OUT]), ("train", items[HELD_OUT:])):
         lines = [json.dumps(row(country, city)) for country, city in part]
         (data / f"{name}.jsonl").write_text("\n".join(lines) + "\n")
+        lines = [json.dumps(one_shot_row(country, city)) for country, city in part]
+        (data / f"{name}_oneshot.jsonl").write_text("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":
