@@ -253,9 +253,11 @@ class ServerClient(BaseModel):
             return "unknown_error"
 
     async def request(self, method: str, server_name: str, url_path: str, **kwargs: Any) -> aiohttp.ClientResponse:
-        from nemo_gym.transport import http_client
+        from nemo_gym.transport import http_client, lean_client
 
-        url = self.server_base_url(server_name) + url_path
+        base_url = self.server_base_url(server_name)
+        lean_client.mark_own_server(base_url)  # a server of this run: the lean client may call it
+        url = base_url + url_path
         # Inside a request this server admitted, the call serves work already admitted: the target must not queue it.
         kwargs.setdefault("nested", in_admitted_request())
         return await http_client.request(method, url, server_name=server_name, url_path=url_path, **kwargs)

@@ -6,6 +6,8 @@ keeps that cheap and bounded:
 * one pooled :class:`aiohttp.ClientSession` per event loop, so connections are reused (keep-alive) and a process
   never opens more sockets than the pool allows; excess requests queue inside the pool instead of exhausting fds;
 * orjson on both directions;
+* calls to the run's own servers over plain HTTP skip aiohttp's general machinery (:mod:`.lean_client`), with the
+  same pool bound, retries, errors and response type;
 * a deadline on every call, and a small, jittered retry budget that only covers failures where the server cannot
   have acted on the request (connection refused/reset, 429, 502, 503, 504).
 
@@ -32,7 +34,7 @@ import orjson
 from pydantic import BaseModel
 from yarl import URL
 
-from nemo_gym.transport import access
+from nemo_gym.transport import access, lean_client
 from nemo_gym.transport.admission import NESTED_HEADER, HostGate, QueueTimeout, origin_of
 from nemo_gym.transport.types import (
     ServerRequestError,
@@ -103,6 +105,7 @@ async def close_session() -> None:
         session = _sessions.pop(loop, None)
         _gates.pop(loop, None)
         closer = _closers.pop(loop, None)
+    lean_client.close_pools(loop)
     if closer is not None:
         await closer.aclose()  # runs its cleanup now, so the loop's shutdown finds nothing left to do
     if session is not None and not session.closed:
@@ -126,6 +129,7 @@ async def _close_at_loop_shutdown(session: aiohttp.ClientSession) -> AsyncGenera
                 del _sessions[loop]
                 _gates.pop(loop, None)
                 _closers.pop(loop, None)
+                lean_client.close_pools(loop)
         if not session.closed:
             await session.close()
 
@@ -237,6 +241,10 @@ def cookies_from(resp: aiohttp.ClientResponse) -> dict[str, str]:
 
     Values are kept exactly as the server encoded them, so sending them back is byte-for-byte what it issued.
     """
+    if type(resp) is lean_client.LeanResponse and resp._cookies is None:
+        plain = lean_client.fast_cookies(resp)  # the common case without building a SimpleCookie
+        if plain is not None:
+            return plain
     return {name: morsel.coded_value for name, morsel in resp.cookies.items()}
 
 
@@ -416,7 +424,8 @@ async def request(
         raise ValueError("pass either json= or data=, not both")
     cfg = config if config is not None else get_default_config()
     body = dumps(json) if json is not None else data
-    origin = origin_of(url)
+    lean = lean_client.split(url, method)
+    origin = origin_of(url if lean is None else lean[0])
     # A server of this run gets the run's token; any other destination never does (see transport/access.py).
     request_headers = access.headers_for(origin, _build_headers(headers, cookies, json is not None, nested))
     max_attempts = 1 if retry is False else cfg.max_attempts
@@ -425,6 +434,9 @@ async def request(
     limiter = _gates[loop].limiter(origin)
     deadline = loop.time() + cfg.total_timeout_s
     timeout = _client_timeout(cfg.total_timeout_s, cfg.connect_timeout_s)
+    pool = None
+    if lean is not None and (access.registered_token(lean[0]) is not None or lean_client.is_marked(origin)):
+        pool = lean_client.pool_for(loop, lean[0], lean[1], get_default_config())  # one of the run's own servers
 
     attempt = 0
     while True:
@@ -440,7 +452,13 @@ async def request(
                 total=max(deadline - loop.time(), 0.001), sock_connect=cfg.connect_timeout_s
             )
         try:
-            resp = await session.request(method, url, data=body, headers=request_headers, timeout=timeout)
+            lean_resp = None
+            if pool is not None and lean is not None:
+                lean_resp = await pool.send(
+                    method, str(url), lean[2], request_headers, body, deadline, cfg.connect_timeout_s
+                )
+            # Not one of ours, or a redirect (aiohttp follows those).
+            resp = lean_resp or await session.request(method, url, data=body, headers=request_headers, timeout=timeout)
         except aiohttp.ConnectionTimeoutError as exc:
             # Nothing was sent, so this is safe to retry like any other connection failure.
             failure = exc
