@@ -330,7 +330,7 @@ def _build_headers(
         merged.update(headers)
     if cookies:
         cookie_header = _cookie_header(cookies)
-        existing = next((key for key in merged if key.lower() == "cookie"), None)
+        existing = next((key for key in merged if key.lower() == "cookie"), None) if headers else None
         if existing is None:
             merged["Cookie"] = cookie_header
         else:
@@ -345,9 +345,10 @@ def _cookie_header(cookies: Cookies) -> str:
     parts = []
     for name, cookie in cookies.items():
         value = cookie.coded_value if isinstance(cookie, Morsel) else cookie
-        if any(bad in name or bad in value for bad in (";", "\r", "\n")) or "=" in name:
+        pair = f"{name}={value}"
+        if ";" in pair or "\r" in pair or "\n" in pair or "=" in name:
             raise ValueError(f"cookie {name!r} contains a character that cannot be sent in a Cookie header")
-        parts.append(f"{name}={value}")
+        parts.append(pair)
     return "; ".join(parts)
 
 

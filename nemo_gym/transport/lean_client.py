@@ -230,6 +230,9 @@ class _Connection(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
+        if self._waiter is None:
+            self.close()  # bytes nobody asked for: this connection cannot be trusted with the next request
+            return
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:
@@ -485,7 +488,12 @@ class _Pool:
     async def _resolve(self) -> list[tuple[Any, ...]]:
         if self._addresses and self.loop.time() < self._dns_expires:
             return self._addresses
-        found = await self.loop.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
+        try:
+            socket.inet_pton(socket.AF_INET, self.host)  # an address already: no lookup (a thread) per connection
+        except OSError:
+            found = await self.loop.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
+        else:
+            found = [(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (self.host, self.port))]
         self._addresses = found
         self._dns_expires = self.loop.time() + self.config.dns_cache_ttl_s
         return found
@@ -528,8 +536,8 @@ def pool_for(loop: asyncio.AbstractEventLoop, prefix: str, authority: str, confi
     settings (``config``)."""
     pools = _pools.get(loop)
     if pools is None:
-        for old in [old for old in _pools if old.is_closed()]:
-            del _pools[old]
+        for old in [old for old in list(_pools) if old.is_closed()]:
+            _pools.pop(old, None)  # their sockets died with them
         pools = _pools[loop] = {}
     pool = pools.get(prefix)
     if pool is None:

@@ -453,3 +453,39 @@ async def _lean_copy(resp: LeanResponse) -> LeanResponse:
         resp.method, str(resp.url), resp.status, resp.reason or "", resp._raw_headers, await resp.read(),
         resp._raw_cookie_headers, (), asyncio.get_running_loop(),
     )  # fmt: skip
+
+
+async def test_a_host_name_is_resolved_and_every_address_tried() -> None:
+    async def ok(_: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async with serve(web.get("/", ok)) as base:
+        by_name = base.replace("127.0.0.1", "localhost")  # may resolve to ::1 first, where nothing listens
+        own(by_name)
+        resp = await request("GET", f"{by_name}/", config=FAST)
+    assert type(resp) is LeanResponse and await resp.text() == "ok"
+
+
+async def test_server_client_calls_take_the_lean_path_with_nemo_gyms_helpers() -> None:
+    from omegaconf import OmegaConf
+
+    from nemo_gym import server_utils
+    from nemo_gym.config.server_models import BaseServerConfig
+
+    async def tool(req: web.Request) -> web.Response:
+        status = 200 if (await req.json()).get("ok") else 500
+        return web.json_response({"cookie": req.headers.get("Cookie")}, status=status)
+
+    async with serve(web.post("/tool", tool)) as base:
+        port = int(base.rsplit(":", 1)[1])
+        config = OmegaConf.create({"env": {"resources_servers": {"r": {"host": "127.0.0.1", "port": port}}}})
+        client = server_utils.ServerClient(
+            head_server_config=BaseServerConfig(host="127.0.0.1", port=1), global_config_dict=config
+        )
+        good = await client.post("env", "/tool", json={"ok": True}, cookies={"s": "1"})
+        assert type(good) is LeanResponse
+        assert await server_utils.get_response_json(good) == {"cookie": "s=1"}
+        assert await server_utils.raise_for_status(good) is good  # NeMo Gym's awaitable form
+        bad = await client.post("env", "/tool", json={"ok": False})
+        with pytest.raises(ServerRequestError, match="HTTP 500"):
+            server_utils.raise_for_status(bad)
