@@ -458,8 +458,10 @@ async def request(
                 lean_resp = await pool.send(
                     method, str(url), lean[2], request_headers, body, deadline, cfg.connect_timeout_s
                 )
-            # Not one of ours, or a redirect (aiohttp follows those).
-            resp = lean_resp or await session.request(method, url, data=body, headers=request_headers, timeout=timeout)
+            if lean_resp is None:  # not one of ours, or a redirect (aiohttp follows those)
+                resp = await session.request(method, url, data=body, headers=request_headers, timeout=timeout)
+            else:
+                resp = lean_resp
         except aiohttp.ConnectionTimeoutError as exc:
             # Nothing was sent, so this is safe to retry like any other connection failure.
             failure = exc

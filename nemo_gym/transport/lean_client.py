@@ -134,6 +134,12 @@ class LeanResponse(aiohttp.ClientResponse):
         self._traces = []
         self.content = EMPTY_PAYLOAD  # as aiohttp's after its body was read: at its end
 
+    async def read(self) -> bytes:
+        """The body, read already; as on aiohttp's, a released response (``async with`` left) has none to give."""
+        if self._released:
+            raise aiohttp.ClientConnectionError("Connection closed")
+        return self._body  # type: ignore[return-value]  # always set by __init__
+
     @property
     def _url(self) -> URL:  # type: ignore[override]  # derived on first use, never assigned
         url = self._cache.get("_url")
