@@ -489,3 +489,28 @@ async def test_server_client_calls_take_the_lean_path_with_nemo_gyms_helpers() -
         bad = await client.post("env", "/tool", json={"ok": False})
         with pytest.raises(ServerRequestError, match="HTTP 500"):
             server_utils.raise_for_status(bad)
+
+
+async def test_retryable_statuses_and_retry_after_are_honoured_on_both_paths(monkeypatch: pytest.MonkeyPatch) -> None:
+    hits = 0
+    waits: list[float] = []
+
+    async def busy(_: web.Request) -> web.Response:
+        nonlocal hits
+        hits += 1
+        if hits % 2:
+            return web.Response(status=503, text="busy", headers={"Retry-After": "0"})
+        return web.json_response({"hits": hits})
+
+    real_backoff = http_client._backoff_s
+
+    def spy(cfg: TransportConfig, attempt: int, failure: Any) -> float:
+        waits.append(real_backoff(cfg, attempt, failure))
+        return waits[-1]
+
+    monkeypatch.setattr(http_client, "_backoff_s", spy)
+    async with serve(web.post("/run", busy)) as base:
+        slow, fast = await both("POST", f"{base}/run", json={})
+    assert await response_json(slow) == {"hits": 2} and await response_json(fast) == {"hits": 4}
+    # Retry-After: 0 plus jitter below the base backoff, on both paths.
+    assert len(waits) == 2 and all(0 <= w <= FAST.backoff_base_s for w in waits)
