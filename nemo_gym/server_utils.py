@@ -43,6 +43,7 @@ from nemo_gym.global_config import (
 from nemo_gym.observability.correlation import apply_rollout_prefix, rollout_path_prefix
 from nemo_gym.transport import access, runtime
 from nemo_gym.transport.admission import in_admitted_request
+from nemo_gym.transport.routes import BodyRoute as _BodyRoute
 from nemo_gym.transport.types import ServerTimeoutError, TransportError
 
 if TYPE_CHECKING:
@@ -372,6 +373,9 @@ class SessionCookieMiddleware:
 # Servers
 
 
+_NO_TELEMETRY: Any = {"tracing": False, "metrics": False, "logs": False}
+
+
 @asynccontextmanager
 async def _close_client_on_shutdown(app: FastAPI) -> AsyncIterator[None]:
     yield
@@ -403,7 +407,14 @@ class SimpleServer(BaseServer):
         return f"{type(self).__name__}___{self.config.name}"
 
     def create_app(self) -> FastAPI:
-        app = FastAPI(title=f"{type(self).__name__} ({self.config.name})", lifespan=_close_client_on_shutdown)
+        app = FastAPI(
+            title=f"{type(self).__name__} ({self.config.name})",
+            lifespan=_close_client_on_shutdown,
+            # FastAPI's native OpenTelemetry asks three global providers per request whether anyone listens (3% of a
+            # model server's CPU); nemo_gym records its own observations (nemo_gym.observability).
+            telemetry=_NO_TELEMETRY,
+        )
+        app.router.route_class = _BodyRoute  # typed body routes without FastAPI's general path, same answers
         self.setup_session_middleware(app)
         app.get("/")(self._health)
         server_name = self.config.name

@@ -1,0 +1,182 @@
+"""A FastAPI route class whose common case skips FastAPI's general request path, with the same answers.
+
+Nearly every route of our servers (and of NeMo Gym environments) is ``async def handler(self, body: SomeModel)``,
+perhaps with the ``Request`` or ``Response`` as well. FastAPI's general path for it decodes the body with the stdlib
+``json`` module, solves a dependency graph of one node, validates the resulting dict, and builds a throwaway
+sub-response; in a busy resources server that was about a quarter of the CPU of a request. :class:`BodyRoute` plans
+once, when the route is built, whether the endpoint has that shape, and then parses the raw body in one
+``model_validate_json`` call and calls the endpoint directly. The answer goes through FastAPI's own
+``serialize_response``, so response JSON is byte for byte what FastAPI sends.
+
+Whenever the fast path is unsure it hands the request to FastAPI's general handler, which then does exactly what it
+always did: a body that is empty, not ``application/json``, or not valid for the model (so every 422 is FastAPI's
+own, with FastAPI's locations and messages), and any route of another shape (query or path parameters,
+dependencies, forms, streams, background tasks, an older FastAPI without the internals used here).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from fastapi import HTTPException, Request, Response, params
+from fastapi.datastructures import DefaultPlaceholder
+from fastapi.routing import APIRoute
+from fastapi.utils import is_body_allowed_for_status_code
+from pydantic import BaseModel, ValidationError
+
+try:  # internals of the FastAPI this was written against; without them every route takes the general path
+    from fastapi.routing import _effective_route_context_var, _extract_endpoint_context, serialize_response
+    from starlette.middleware.body_limit import MAX_BODY_SIZE_SCOPE_KEY
+except ImportError:  # pragma: no cover - older FastAPI / Starlette
+    serialize_response = None  # type: ignore[assignment]
+
+__all__ = ["BodyRoute"]
+
+_Handler = Callable[[Request], Coroutine[Any, Any, Response]]
+_JSON = b"application/json"
+
+
+class BodyRoute(APIRoute):
+    """An ``APIRoute`` that serves ``handler(body: Model[, request][, response])`` without FastAPI's general path.
+
+    Set it as ``app.router.route_class`` before adding routes (``SimpleServer.create_app`` does).
+    """
+
+    def get_route_handler(self) -> _Handler:
+        general = super().get_route_handler()
+        plan = _plan(self)
+        return general if plan is None else _fast_handler(self, plan, general)
+
+
+class _Plan:
+    __slots__ = ("body_name", "call", "model", "request_name", "response_name")
+
+    def __init__(
+        self, call: Any, body_name: str, model: type[BaseModel], request_name: str | None, response_name: str | None
+    ) -> None:
+        self.call = call
+        self.body_name = body_name
+        self.model = model
+        self.request_name = request_name
+        self.response_name = response_name
+
+
+def _plan(route: APIRoute) -> _Plan | None:
+    """The endpoint's shape when it is the one the fast path serves, else None."""
+    if serialize_response is None or _effective_route_context_var.get() is not None:
+        return None
+    dependant = route.dependant
+    call = dependant.call
+    if (
+        call is None
+        or not inspect.iscoroutinefunction(call)
+        or inspect.isasyncgenfunction(call)
+        or route.body_field is None
+        or len(dependant.body_params) != 1
+        or dependant.path_params
+        or dependant.query_params
+        or dependant.header_params
+        or dependant.cookie_params
+        or dependant.dependencies
+        or dependant.websocket_param_name
+        or dependant.http_connection_param_name
+        or dependant.background_tasks_param_name
+        or dependant.security_scopes_param_name
+        or getattr(route, "_embed_body_fields", True)
+        or getattr(route, "stream_item_field", None) is not None
+        or getattr(route, "is_json_stream", False)
+        or getattr(route, "is_sse_stream", False)
+    ):
+        return None
+    field = dependant.body_params[0]
+    info = field.field_info
+    model = info.annotation
+    if (
+        not (isinstance(model, type) and issubclass(model, BaseModel))
+        or not info.is_required()
+        or info.metadata
+        or type(info) is not params.Body  # not Form / File, which subclass it
+    ):
+        return None
+    return _Plan(call, field.name, model, dependant.request_param_name, dependant.response_param_name)
+
+
+def _fast_handler(route: APIRoute, plan: _Plan, general: _Handler) -> _Handler:
+    call, model, body_name = plan.call, plan.model, plan.body_name
+    request_name, response_name = plan.request_name, plan.response_name
+    response_field = route.response_field
+    status_code = route.status_code
+    response_class = route.response_class
+    dump_json = response_field is not None and isinstance(response_class, DefaultPlaceholder)
+    actual_class = response_class.value if isinstance(response_class, DefaultPlaceholder) else response_class
+    options: dict[str, Any] = {
+        "include": route.response_model_include,
+        "exclude": route.response_model_exclude,
+        "by_alias": route.response_model_by_alias,
+        "exclude_unset": route.response_model_exclude_unset,
+        "exclude_defaults": route.response_model_exclude_defaults,
+        "exclude_none": route.response_model_exclude_none,
+    }
+    path = route.path
+
+    async def handler(request: Request) -> Response:
+        scope = request.scope
+        if MAX_BODY_SIZE_SCOPE_KEY in scope or not _declares_json(scope["headers"]):
+            return await general(request)
+        try:
+            raw = await request.body()
+        except HTTPException:
+            raise
+        except Exception as error:  # as FastAPI's general path answers a body it could not read
+            raise HTTPException(status_code=400, detail="There was an error parsing the body") from error
+        if not raw:
+            return await general(request)
+        try:
+            body = model.model_validate_json(raw)
+        except ValidationError:  # FastAPI's own 422 (or its answer to JSON only Python's parser takes)
+            return await general(request)
+        values: dict[str, Any] = {body_name: body}
+        sub_response: Response | None = None
+        if request_name is not None:
+            values[request_name] = request
+        if response_name is not None:
+            sub_response = Response()
+            del sub_response.headers["content-length"]
+            sub_response.status_code = None  # type: ignore[assignment]
+            values[response_name] = sub_response
+        raw_response = await call(**values)
+        if isinstance(raw_response, Response):
+            return raw_response
+        status = sub_response.status_code if sub_response is not None and sub_response.status_code else status_code
+        endpoint_ctx = _extract_endpoint_context(call)
+        endpoint_ctx["path"] = f"{request.method} {scope.get('root_path', '').rstrip('/')}{path}"
+        content = await serialize_response(
+            field=response_field,
+            response_content=raw_response,
+            is_coroutine=True,
+            endpoint_ctx=endpoint_ctx,
+            dump_json=dump_json,
+            **options,
+        )
+        args: dict[str, Any] = {"background": None} if status is None else {"background": None, "status_code": status}
+        if dump_json:
+            response = Response(content=content, media_type="application/json", **args)
+        else:
+            response = actual_class(content, **args)
+        if not is_body_allowed_for_status_code(response.status_code):
+            response.body = b""
+        if sub_response is not None:
+            response.headers.raw.extend(sub_response.headers.raw)
+        return response
+
+    return handler
+
+
+def _declares_json(headers: list[tuple[bytes, bytes]]) -> bool:
+    """Whether the request says its body is exactly ``application/json`` (anything else: FastAPI decides)."""
+    for name, value in headers:
+        if name == b"content-type":
+            return value == _JSON or value.lower() == _JSON
+    return False

@@ -1,0 +1,154 @@
+"""BodyRoute (nemo_gym/transport/routes.py) answers exactly as FastAPI's own route does, good bodies and bad."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fastapi import Body, FastAPI, Request, Response
+from fastapi.routing import APIRoute
+from fastapi.testclient import TestClient
+from pydantic import BaseModel, ConfigDict, Field
+
+from nemo_gym.transport.routes import BodyRoute, _plan
+
+
+class Item(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    count: int = Field(ge=0)
+    ratio: float = 1.0
+    tags: list[str] = []
+
+
+class Answer(BaseModel):
+    name: str
+    total: int
+
+
+def _app(route_class: type[APIRoute]) -> FastAPI:
+    app = FastAPI()
+    app.router.route_class = route_class
+
+    @app.post("/plain")
+    async def plain(body: Item) -> Answer:
+        return Answer(name=body.name, total=body.count + len(body.tags))
+
+    @app.post("/dict_answer")
+    async def dict_answer(body: Item) -> Answer:
+        return {"name": body.name, "total": body.count, "ignored": True}  # type: ignore[return-value]
+
+    @app.post("/bad_answer")
+    async def bad_answer(body: Item) -> Answer:
+        return {"name": body.name}  # type: ignore[return-value]
+
+    @app.post("/untyped")
+    async def untyped(body: Item):  # type: ignore[no-untyped-def]
+        return {"ratio": body.ratio, "tags": body.tags}
+
+    @app.post("/with_request")
+    async def with_request(request: Request, response: Response, body: Item) -> Answer:
+        response.set_cookie("seen", request.cookies.get("seen", "no"))
+        response.status_code = 201
+        return Answer(name=body.name, total=body.count)
+
+    @app.post("/status", status_code=202)
+    async def status(body: Item) -> Answer:
+        return Answer(name=body.name, total=0)
+
+    @app.post("/raw")
+    async def raw(body: Item) -> Response:
+        return Response(content=body.name.encode(), media_type="text/plain", headers={"x-raw": "1"})
+
+    @app.post("/explicit_body")
+    async def explicit_body(body: Item = Body(...)) -> Answer:
+        return Answer(name=body.name, total=body.count)
+
+    @app.post("/with_query")
+    async def with_query(body: Item, scale: int = 1) -> Answer:
+        return Answer(name=body.name, total=body.count * scale)
+
+    @app.post("/sync")
+    def sync(body: Item) -> Answer:
+        return Answer(name=body.name, total=body.count)
+
+    return app
+
+
+BODIES: list[tuple[str, bytes, str | None]] = [
+    ("good", b'{"name": "a", "count": 2, "tags": ["x"]}', "application/json"),
+    ("good, charset", b'{"name": "a", "count": 2}', "application/json; charset=utf-8"),
+    ("good, upper case type", b'{"name": "a", "count": 2}', "Application/JSON"),
+    ("missing field", b'{"name": "a"}', "application/json"),
+    ("wrong type", b'{"name": 3, "count": "x"}', "application/json"),
+    ("constraint", b'{"name": "a", "count": -1}', "application/json"),
+    ("extra field", b'{"name": "a", "count": 1, "other": 1}', "application/json"),
+    ("not json", b'{"name": "a", "count": ', "application/json"),
+    ("not an object", b"[1, 2]", "application/json"),
+    ("NaN (Python's parser takes it)", b'{"name": "a", "count": 1, "ratio": NaN}', "application/json"),
+    ("empty", b"", "application/json"),
+    ("no content type", b'{"name": "a", "count": 1}', None),
+    ("text", b'{"name": "a", "count": 1}', "text/plain"),
+    ("lone surrogate", b'{"name": "\\ud800", "count": 1}', "application/json"),
+    ("int as float", b'{"name": "a", "count": 1.0, "ratio": 2}', "application/json"),
+]
+PATHS = [
+    "/plain",
+    "/dict_answer",
+    "/bad_answer",
+    "/untyped",
+    "/with_request",
+    "/status",
+    "/raw",
+    "/explicit_body",
+    "/with_query?scale=3",
+    "/sync",
+]
+
+
+@pytest.fixture(scope="module")
+def clients() -> Any:
+    with (
+        TestClient(_app(APIRoute), raise_server_exceptions=False) as general,
+        TestClient(_app(BodyRoute), raise_server_exceptions=False) as fast,
+    ):
+        yield general, fast
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize(("case", "body", "content_type"), BODIES, ids=[case for case, _, _ in BODIES])
+def test_same_answer_as_fastapi(clients: Any, path: str, case: str, body: bytes, content_type: str | None) -> None:
+    headers = {"content-type": content_type, "cookie": "seen=yes"} if content_type else {"cookie": "seen=yes"}
+    answers = [client.post(path, content=body, headers=headers) for client in clients]
+    general, fast = answers
+    assert (fast.status_code, fast.content) == (general.status_code, general.content), case
+    assert sorted(fast.headers.items()) == sorted(general.headers.items()), case
+
+
+def test_the_common_shapes_take_the_fast_path() -> None:
+    routes = {route.path: route for route in _app(BodyRoute).routes if isinstance(route, APIRoute)}
+    fast = {path for path, route in routes.items() if _plan(route) is not None}
+    assert fast == {
+        "/plain",
+        "/dict_answer",
+        "/bad_answer",
+        "/untyped",
+        "/with_request",
+        "/status",
+        "/raw",
+        "/explicit_body",
+    }
+
+
+def test_a_good_body_never_reaches_fastapis_dependency_solver(monkeypatch: pytest.MonkeyPatch) -> None:
+    import fastapi.routing
+
+    async def refuse(**kwargs: Any) -> Any:
+        raise AssertionError("the general path ran")
+
+    with TestClient(_app(BodyRoute)) as client:
+        monkeypatch.setattr(fastapi.routing, "solve_dependencies", refuse)
+        answer = client.post("/with_request", json={"name": "a", "count": 2})
+        assert (answer.status_code, answer.json()) == (201, {"name": "a", "total": 2})
+        assert answer.cookies["seen"] == "no"
