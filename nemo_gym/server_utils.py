@@ -44,6 +44,7 @@ from nemo_gym.observability.correlation import apply_rollout_prefix, rollout_pat
 from nemo_gym.transport import access, runtime
 from nemo_gym.transport.admission import in_admitted_request
 from nemo_gym.transport.routes import BodyRoute as _BodyRoute
+from nemo_gym.transport.routes import ServerApp as _ServerApp
 from nemo_gym.transport.types import ServerTimeoutError, TransportError
 
 if TYPE_CHECKING:
@@ -407,7 +408,7 @@ class SimpleServer(BaseServer):
         return f"{type(self).__name__}___{self.config.name}"
 
     def create_app(self) -> FastAPI:
-        app = FastAPI(
+        app = _ServerApp(
             title=f"{type(self).__name__} ({self.config.name})",
             lifespan=_close_client_on_shutdown,
             # FastAPI's native OpenTelemetry asks three global providers per request whether anyone listens (3% of a
