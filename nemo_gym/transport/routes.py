@@ -62,7 +62,7 @@ class ServerApp(FastAPI):
         stack = super().build_middleware_stack()
         telemetry = getattr(self, "_telemetry", None)
         telemetry_off = telemetry is not None and not any(telemetry.get(k) for k in ("tracing", "metrics", "logs"))
-        node = stack
+        node: Any = stack
         while (child := getattr(node, "app", None)) is not None:
             if (telemetry_off and type(child).__name__ == "ExceptionTelemetryMiddleware") or (
                 type(child).__name__ == "AppBodyLimitMiddleware" and getattr(self, "max_body_size", 0) is None
