@@ -11,6 +11,7 @@ import difflib
 import json
 import logging
 import os
+import re
 import secrets
 import sys
 import urllib.error
@@ -340,6 +341,10 @@ class SessionCookieMiddleware:
         self.app = app
         self.cookie_name = cookie_name
         self._prefix = f"{cookie_name}=".encode()
+        # One part of a Cookie header that is exactly `<name>=<32 lowercase hex>` (spaces around it allowed).
+        self._valid = re.compile(
+            rb"(?:^|;)[ \t\n\r\x0b\x0c]*" + re.escape(self._prefix) + rb"([0-9a-f]{32})[ \t\n\r\x0b\x0c]*(?:;|\Z)"
+        )
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -359,14 +364,10 @@ class SessionCookieMiddleware:
 
     def _read_cookie(self, scope: dict) -> str | None:
         for name, value in scope.get("headers", ()):
-            if name != b"cookie":
-                continue
-            for part in value.split(b";"):
-                part = part.strip()
-                if part.startswith(self._prefix):
-                    candidate = part[len(self._prefix) :].decode("latin-1")
-                    if len(candidate) == 32 and all(c in "0123456789abcdef" for c in candidate):
-                        return candidate
+            if name == b"cookie" and self._prefix in value:
+                found = self._valid.search(value)
+                if found is not None:
+                    return found.group(1).decode("latin-1")
         return None
 
 

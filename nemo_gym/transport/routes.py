@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Coroutine
+from contextlib import AsyncExitStack
 from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request, Response, params
@@ -25,9 +26,11 @@ from fastapi.datastructures import DefaultPlaceholder
 from fastapi.routing import APIRoute
 from fastapi.utils import is_body_allowed_for_status_code
 from pydantic import BaseModel, ValidationError
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 try:  # internals of the FastAPI this was written against; without them every route takes the general path
     from fastapi.routing import _effective_route_context_var, _extract_endpoint_context, serialize_response
+    from starlette._exception_handler import wrap_app_handling_exceptions
     from starlette.middleware.body_limit import MAX_BODY_SIZE_SCOPE_KEY
 except ImportError:  # pragma: no cover - older FastAPI / Starlette
     serialize_response = None  # type: ignore[assignment]
@@ -35,19 +38,36 @@ except ImportError:  # pragma: no cover - older FastAPI / Starlette
 __all__ = ["BodyRoute", "ServerApp"]
 
 _Handler = Callable[[Request], Coroutine[Any, Any, Response]]
+_Fast = Callable[[Request], Coroutine[Any, Any, Response | None]]
 _JSON = b"application/json"
 
 
 class BodyRoute(APIRoute):
-    """An ``APIRoute`` that serves ``handler(body: Model[, request][, response])`` without FastAPI's general path.
+    """An ``APIRoute`` that serves ``handler(body: Model[, request][, response])`` (or ``handler([request][,
+    response])``, no body) without FastAPI's general path.
 
     Set it as ``app.router.route_class`` before adding routes (``SimpleServer.create_app`` does).
     """
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._fast: tuple[_Fast, _Handler] | None = None
+        super().__init__(*args, **kwargs)
+        if self._fast is not None and getattr(self, "max_body_size", None) is None:
+            self.app = _route_app(*self._fast)
+
     def get_route_handler(self) -> _Handler:
         general = super().get_route_handler()
         plan = _plan(self)
-        return general if plan is None else _fast_handler(self, plan, general)
+        if plan is None:
+            return general
+        fast = _fast_handler(self, plan)
+        self._fast = (fast, general)
+
+        async def handler(request: Request) -> Response:
+            response = await fast(request)
+            return response if response is not None else await general(request)
+
+        return handler
 
 
 class ServerApp(FastAPI):
@@ -77,7 +97,12 @@ class _Plan:
     __slots__ = ("body_name", "call", "model", "request_name", "response_name")
 
     def __init__(
-        self, call: Any, body_name: str, model: type[BaseModel], request_name: str | None, response_name: str | None
+        self,
+        call: Any,
+        body_name: str,
+        model: type[BaseModel] | None,
+        request_name: str | None,
+        response_name: str | None,
     ) -> None:
         self.call = call
         self.body_name = body_name
@@ -96,8 +121,8 @@ def _plan(route: APIRoute) -> _Plan | None:
         call is None
         or not inspect.iscoroutinefunction(call)
         or inspect.isasyncgenfunction(call)
-        or route.body_field is None
-        or len(dependant.body_params) != 1
+        or len(dependant.body_params) > 1
+        or (route.body_field is None) != (not dependant.body_params)
         or dependant.path_params
         or dependant.query_params
         or dependant.header_params
@@ -113,6 +138,8 @@ def _plan(route: APIRoute) -> _Plan | None:
         or getattr(route, "is_sse_stream", False)
     ):
         return None
+    if not dependant.body_params:
+        return _Plan(call, "", None, dependant.request_param_name, dependant.response_param_name)
     field = dependant.body_params[0]
     info = field.field_info
     model = info.annotation
@@ -126,7 +153,8 @@ def _plan(route: APIRoute) -> _Plan | None:
     return _Plan(call, field.name, model, dependant.request_param_name, dependant.response_param_name)
 
 
-def _fast_handler(route: APIRoute, plan: _Plan, general: _Handler) -> _Handler:
+def _fast_handler(route: APIRoute, plan: _Plan) -> _Fast:
+    """The fast path of one route: its response, or None where FastAPI's general handler must answer instead."""
     call, model, body_name = plan.call, plan.model, plan.body_name
     request_name, response_name = plan.request_name, plan.response_name
     response_field = route.response_field
@@ -144,23 +172,26 @@ def _fast_handler(route: APIRoute, plan: _Plan, general: _Handler) -> _Handler:
     }
     path = route.path
 
-    async def handler(request: Request) -> Response:
+    async def handler(request: Request) -> Response | None:
         scope = request.scope
-        if MAX_BODY_SIZE_SCOPE_KEY in scope or not _declares_json(scope["headers"]):
-            return await general(request)
-        try:
-            raw = await request.body()
-        except HTTPException:
-            raise
-        except Exception as error:  # as FastAPI's general path answers a body it could not read
-            raise HTTPException(status_code=400, detail="There was an error parsing the body") from error
-        if not raw:
-            return await general(request)
-        try:
-            body = model.model_validate_json(raw)
-        except ValidationError:  # FastAPI's own 422 (or its answer to JSON only Python's parser takes)
-            return await general(request)
-        values: dict[str, Any] = {body_name: body}
+        if MAX_BODY_SIZE_SCOPE_KEY in scope:
+            return None
+        values: dict[str, Any] = {}
+        if model is not None:
+            if not _declares_json(scope["headers"]):
+                return None
+            try:
+                raw = await request.body()
+            except HTTPException:
+                raise
+            except Exception as error:  # as FastAPI's general path answers a body it could not read
+                raise HTTPException(status_code=400, detail="There was an error parsing the body") from error
+            if not raw:
+                return None
+            try:
+                values[body_name] = model.model_validate_json(raw)
+            except ValidationError:  # FastAPI's own 422 (or its answer to JSON only Python's parser takes)
+                return None
         sub_response: Response | None = None
         if request_name is not None:
             values[request_name] = request
@@ -195,6 +226,30 @@ def _fast_handler(route: APIRoute, plan: _Plan, general: _Handler) -> _Handler:
         return response
 
     return handler
+
+
+def _route_app(fast: _Fast, general: _Handler) -> ASGIApp:
+    """The route's ASGI app: ``fastapi.routing.request_response`` without the two per-request exit stacks, which only
+    the general handler uses (they are opened for it when it answers)."""
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        request = Request(scope, receive, send)
+
+        async def respond(scope: Scope, receive: Receive, send: Send) -> None:
+            response = await fast(request)
+            if response is None:
+                async with AsyncExitStack() as request_stack:
+                    scope["fastapi_inner_astack"] = request_stack
+                    async with AsyncExitStack() as function_stack:
+                        scope["fastapi_function_astack"] = function_stack
+                        response = await general(request)
+                    await response(scope, receive, send)
+            else:
+                await response(scope, receive, send)
+
+        await wrap_app_handling_exceptions(respond, request)(scope, receive, send)
+
+    return app
 
 
 def _declares_json(headers: list[tuple[bytes, bytes]]) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from fastapi import Body, FastAPI, Request, Response
+from fastapi import Body, FastAPI, HTTPException, Request, Response
 from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 from pydantic import BaseModel, ConfigDict, Field
@@ -65,6 +65,19 @@ def _app(route_class: type[APIRoute]) -> FastAPI:
     async def explicit_body(body: Item = Body(...)) -> Answer:
         return Answer(name=body.name, total=body.count)
 
+    @app.post("/no_body")
+    async def no_body(request: Request) -> Response:
+        raw = await request.body()
+        return Response(content=raw[::-1], media_type="application/json", status_code=207)
+
+    @app.post("/nothing")
+    async def nothing() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.post("/fails")
+    async def fails(body: Item) -> Answer:
+        raise HTTPException(status_code=409, detail=f"taken: {body.name}")
+
     @app.post("/with_query")
     async def with_query(body: Item, scale: int = 1) -> Answer:
         return Answer(name=body.name, total=body.count * scale)
@@ -102,6 +115,9 @@ PATHS = [
     "/status",
     "/raw",
     "/explicit_body",
+    "/no_body",
+    "/nothing",
+    "/fails",
     "/with_query?scale=3",
     "/sync",
 ]
@@ -138,6 +154,9 @@ def test_the_common_shapes_take_the_fast_path() -> None:
         "/status",
         "/raw",
         "/explicit_body",
+        "/no_body",
+        "/nothing",
+        "/fails",
     }
 
 
@@ -152,3 +171,5 @@ def test_a_good_body_never_reaches_fastapis_dependency_solver(monkeypatch: pytes
         answer = client.post("/with_request", json={"name": "a", "count": 2})
         assert (answer.status_code, answer.json()) == (201, {"name": "a", "total": 2})
         assert answer.cookies["seen"] == "no"
+        assert client.post("/nothing").json() == {"status": "ok"}
+        assert client.post("/no_body", content=b"[1,2]").content == b"]2,1["
