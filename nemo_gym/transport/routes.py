@@ -148,6 +148,7 @@ def _plan(route: APIRoute) -> _Plan | None:
         or not info.is_required()
         or info.metadata
         or type(info) is not params.Body  # not Form / File, which subclass it
+        or _parses_json_differently(model.__pydantic_core_schema__)
     ):
         return None
     return _Plan(call, field.name, model, dependant.request_param_name, dependant.response_param_name)
@@ -226,6 +227,24 @@ def _fast_handler(route: APIRoute, plan: _Plan) -> _Fast:
         return response
 
     return handler
+
+
+def _parses_json_differently(schema: Any) -> bool:
+    """Whether validating JSON with this core schema can differ from validating what ``json.loads`` makes of it.
+
+    FastAPI validates the latter. Strict validation of JSON accepts what strict validation of Python objects refuses
+    (an enum, a date or a tuple given as JSON), and a decimal keeps digits that ``json.loads`` rounds to a float, so
+    a model with either anywhere takes the general path.
+    """
+    if isinstance(schema, dict):
+        return (
+            schema.get("strict") is True
+            or schema.get("type") == "decimal"
+            or any(_parses_json_differently(value) for value in schema.values())
+        )
+    if isinstance(schema, (list, tuple)):
+        return any(_parses_json_differently(value) for value in schema)
+    return False
 
 
 def _route_app(fast: _Fast, general: _Handler) -> ASGIApp:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import datetime
+import decimal
+from enum import Enum
 from typing import Any
 
 import pytest
@@ -20,6 +23,22 @@ class Item(BaseModel):
     count: int = Field(ge=0)
     ratio: float = 1.0
     tags: list[str] = []
+
+
+class Color(Enum):
+    RED = "red"
+
+
+class StrictItem(BaseModel):
+    model_config = ConfigDict(strict=True)
+
+    color: Color
+    when: datetime.date
+    pair: tuple[int, int]
+
+
+class Price(BaseModel):
+    amount: decimal.Decimal
 
 
 class Answer(BaseModel):
@@ -78,6 +97,14 @@ def _app(route_class: type[APIRoute]) -> FastAPI:
     async def fails(body: Item) -> Answer:
         raise HTTPException(status_code=409, detail=f"taken: {body.name}")
 
+    @app.post("/strict")
+    async def strict(body: StrictItem) -> dict[str, str]:
+        return {"color": body.color.value}
+
+    @app.post("/price")
+    async def price(body: Price) -> dict[str, str]:
+        return {"amount": str(body.amount)}
+
     @app.post("/with_query")
     async def with_query(body: Item, scale: int = 1) -> Answer:
         return Answer(name=body.name, total=body.count * scale)
@@ -121,6 +148,22 @@ PATHS = [
     "/with_query?scale=3",
     "/sync",
 ]
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/strict", b'{"color": "red", "when": "2026-01-02", "pair": [1, 2]}'),
+        ("/price", b'{"amount": 1.00000000000000000001}'),
+    ],
+)
+def test_json_only_a_python_parse_would_refuse_or_round_answers_as_fastapi(
+    clients: Any, path: str, body: bytes
+) -> None:
+    general, fast = (
+        client.post(path, content=body, headers={"content-type": "application/json"}) for client in clients
+    )
+    assert (fast.status_code, fast.content) == (general.status_code, general.content)
 
 
 @pytest.fixture(scope="module")
