@@ -30,7 +30,6 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 try:  # internals of the FastAPI this was written against; without them every route takes the general path
     from fastapi.routing import _effective_route_context_var, _extract_endpoint_context, serialize_response
-    from starlette._exception_handler import wrap_app_handling_exceptions
     from starlette.middleware.body_limit import MAX_BODY_SIZE_SCOPE_KEY
 except ImportError:  # pragma: no cover - older FastAPI / Starlette
     serialize_response = None  # type: ignore[assignment]
@@ -75,16 +74,30 @@ class ServerApp(FastAPI):
 
     ``ExceptionTelemetryMiddleware`` records exceptions for FastAPI's native telemetry, which our servers turn off
     (``telemetry=``), and ``AppBodyLimitMiddleware`` without a ``max_body_size`` only hands a request on (our
-    ``AccessMiddleware`` bounds bodies). Each was a coroutine frame on the way in and out of every request.
+    ``AccessMiddleware`` bounds bodies). Each was a coroutine frame on the way in and out of every request, as is
+    ``Starlette.__call__`` under ``FastAPI.__call__``: with telemetry off, a request goes straight to the stack.
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        telemetry = getattr(self, "_telemetry", None)
+        self._telemetry_off = telemetry is not None and not any(
+            telemetry.get(k) for k in ("tracing", "metrics", "logs")
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # What FastAPI.__call__ and Starlette.__call__ do for a request when telemetry is off, in one frame.
+        if scope["type"] == "http" and self._telemetry_off and not self.root_path and self.middleware_stack is not None:
+            scope["app"] = self
+            await self.middleware_stack(scope, receive, send)
+            return
+        await super().__call__(scope, receive, send)
 
     def build_middleware_stack(self) -> Any:
         stack = super().build_middleware_stack()
-        telemetry = getattr(self, "_telemetry", None)
-        telemetry_off = telemetry is not None and not any(telemetry.get(k) for k in ("tracing", "metrics", "logs"))
         node: Any = stack
         while (child := getattr(node, "app", None)) is not None:
-            if (telemetry_off and type(child).__name__ == "ExceptionTelemetryMiddleware") or (
+            if (self._telemetry_off and type(child).__name__ == "ExceptionTelemetryMiddleware") or (
                 type(child).__name__ == "AppBodyLimitMiddleware" and getattr(self, "max_body_size", 0) is None
             ):
                 node.app = child.app  # unlink it: its inner app is the next layer as it stands
@@ -248,25 +261,23 @@ def _parses_json_differently(schema: Any) -> bool:
 
 
 def _route_app(fast: _Fast, general: _Handler) -> ASGIApp:
-    """The route's ASGI app: ``fastapi.routing.request_response`` without the two per-request exit stacks, which only
-    the general handler uses (they are opened for it when it answers)."""
+    """The route's ASGI app: ``fastapi.routing.request_response`` without its per-request exception wrapper and exit
+    stacks. An exception goes on to the app's ``ExceptionMiddleware``, which holds the same handlers; the stacks are
+    opened only for the general handler, the one thing that uses them. Every layer here is one more frame that each
+    await of a long request (an agent's ``/run``) passes through when it resumes."""
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive, send)
-
-        async def respond(scope: Scope, receive: Receive, send: Send) -> None:
-            response = await fast(request)
-            if response is None:
-                async with AsyncExitStack() as request_stack:
-                    scope["fastapi_inner_astack"] = request_stack
-                    async with AsyncExitStack() as function_stack:
-                        scope["fastapi_function_astack"] = function_stack
-                        response = await general(request)
-                    await response(scope, receive, send)
-            else:
-                await response(scope, receive, send)
-
-        await wrap_app_handling_exceptions(respond, request)(scope, receive, send)
+        response = await fast(request)
+        if response is not None:
+            await response(scope, receive, send)
+            return
+        async with AsyncExitStack() as request_stack:
+            scope["fastapi_inner_astack"] = request_stack
+            async with AsyncExitStack() as function_stack:
+                scope["fastapi_function_astack"] = function_stack
+                response = await general(request)
+            await response(scope, receive, send)
 
     return app
 

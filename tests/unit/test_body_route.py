@@ -9,11 +9,12 @@ from typing import Any
 
 import pytest
 from fastapi import Body, FastAPI, HTTPException, Request, Response
+from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 from pydantic import BaseModel, ConfigDict, Field
 
-from nemo_gym.transport.routes import BodyRoute, _plan
+from nemo_gym.transport.routes import BodyRoute, ServerApp, _plan
 
 
 class Item(BaseModel):
@@ -37,6 +38,10 @@ class StrictItem(BaseModel):
     pair: tuple[int, int]
 
 
+class Teapot(Exception):
+    pass
+
+
 class Price(BaseModel):
     amount: decimal.Decimal
 
@@ -47,7 +52,12 @@ class Answer(BaseModel):
 
 
 def _app(route_class: type[APIRoute]) -> FastAPI:
-    app = FastAPI()
+    """The same routes on FastAPI's own app and routes, or on ours (``ServerApp``, telemetry off, ``BodyRoute``)."""
+    app = (
+        FastAPI()
+        if route_class is APIRoute
+        else ServerApp(telemetry={"tracing": False, "metrics": False, "logs": False})
+    )
     app.router.route_class = route_class
 
     @app.post("/plain")
@@ -105,6 +115,18 @@ def _app(route_class: type[APIRoute]) -> FastAPI:
     async def price(body: Price) -> dict[str, str]:
         return {"amount": str(body.amount)}
 
+    @app.post("/teapot")
+    async def teapot(body: Item) -> Answer:
+        raise Teapot(body.name)
+
+    @app.post("/crash")
+    async def crash(body: Item) -> Answer:
+        raise RuntimeError(body.name)
+
+    @app.exception_handler(Teapot)
+    async def _teapot(request: Request, error: Teapot) -> JSONResponse:
+        return JSONResponse(status_code=418, content={"teapot": str(error), "path": request.url.path})
+
     @app.post("/with_query")
     async def with_query(body: Item, scale: int = 1) -> Answer:
         return Answer(name=body.name, total=body.count * scale)
@@ -145,6 +167,8 @@ PATHS = [
     "/no_body",
     "/nothing",
     "/fails",
+    "/teapot",
+    "/crash",
     "/with_query?scale=3",
     "/sync",
 ]
@@ -200,6 +224,8 @@ def test_the_common_shapes_take_the_fast_path() -> None:
         "/no_body",
         "/nothing",
         "/fails",
+        "/teapot",
+        "/crash",
     }
 
 
