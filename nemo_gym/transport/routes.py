@@ -1,4 +1,4 @@
-"""A FastAPI route class whose common case skips FastAPI's general request path, with the same answers.
+"""The FastAPI app and route class of our servers: the common case skips FastAPI's general path, with the same answers.
 
 Nearly every route of our servers (and of NeMo Gym environments) is ``async def handler(self, body: SomeModel)``,
 perhaps with the ``Request`` or ``Response`` as well. FastAPI's general path for it decodes the body with the stdlib
@@ -12,6 +12,8 @@ Whenever the fast path is unsure it hands the request to FastAPI's general handl
 always did: a body that is empty, not ``application/json``, or not valid for the model (so every 422 is FastAPI's
 own, with FastAPI's locations and messages), and any route of another shape (query or path parameters,
 dependencies, forms, streams, background tasks, an older FastAPI without the internals used here).
+
+:class:`ServerApp` is the app these routes live in: FastAPI's, less the layers that do nothing for our servers.
 """
 
 from __future__ import annotations
