@@ -375,7 +375,13 @@ class SessionCookieMiddleware:
 # Servers
 
 
-_NO_TELEMETRY: Any = {"tracing": False, "metrics": False, "logs": False}
+def _fastapi_telemetry() -> Any:
+    """FastAPI's native OpenTelemetry asks three global providers on every request whether anyone listens (3% of a
+    model server's CPU); nemo_gym records its own observations (``nemo_gym.observability``), so it is off unless the
+    process asks FastAPI to set OpenTelemetry up (``FASTAPI_OTEL_AUTO_CONFIGURE=true``)."""
+    if os.environ.get("FASTAPI_OTEL_AUTO_CONFIGURE", "").lower() == "true":
+        return None
+    return {"tracing": False, "metrics": False, "logs": False}
 
 
 @asynccontextmanager
@@ -412,9 +418,7 @@ class SimpleServer(BaseServer):
         app = _ServerApp(
             title=f"{type(self).__name__} ({self.config.name})",
             lifespan=_close_client_on_shutdown,
-            # FastAPI's native OpenTelemetry asks three global providers per request whether anyone listens (3% of a
-            # model server's CPU); nemo_gym records its own observations (nemo_gym.observability).
-            telemetry=_NO_TELEMETRY,
+            telemetry=_fastapi_telemetry(),
         )
         app.router.route_class = _BodyRoute  # typed body routes without FastAPI's general path, same answers
         self.setup_session_middleware(app)
