@@ -11,6 +11,7 @@ import difflib
 import json
 import logging
 import os
+import re
 import secrets
 import sys
 import urllib.error
@@ -43,6 +44,8 @@ from nemo_gym.global_config import (
 from nemo_gym.observability.correlation import apply_rollout_prefix, rollout_path_prefix
 from nemo_gym.transport import access, runtime
 from nemo_gym.transport.admission import in_admitted_request
+from nemo_gym.transport.routes import BodyRoute as _BodyRoute
+from nemo_gym.transport.routes import ServerApp as _ServerApp
 from nemo_gym.transport.types import ServerTimeoutError, TransportError
 
 if TYPE_CHECKING:
@@ -340,6 +343,10 @@ class SessionCookieMiddleware:
         self.app = app
         self.cookie_name = cookie_name
         self._prefix = f"{cookie_name}=".encode()
+        # One part of a Cookie header that is exactly `<name>=<32 lowercase hex>` (spaces around it allowed).
+        self._valid = re.compile(
+            rb"(?:^|;)[ \t\n\r\x0b\x0c]*" + re.escape(self._prefix) + rb"([0-9a-f]{32})[ \t\n\r\x0b\x0c]*(?:;|\Z)"
+        )
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -359,19 +366,24 @@ class SessionCookieMiddleware:
 
     def _read_cookie(self, scope: dict) -> str | None:
         for name, value in scope.get("headers", ()):
-            if name != b"cookie":
-                continue
-            for part in value.split(b";"):
-                part = part.strip()
-                if part.startswith(self._prefix):
-                    candidate = part[len(self._prefix) :].decode("latin-1")
-                    if len(candidate) == 32 and all(c in "0123456789abcdef" for c in candidate):
-                        return candidate
+            if name == b"cookie" and self._prefix in value:
+                found = self._valid.search(value)
+                if found is not None:
+                    return found.group(1).decode("latin-1")
         return None
 
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Servers
+
+
+def _fastapi_telemetry() -> Any:
+    """FastAPI's native OpenTelemetry asks three global providers on every request whether anyone listens (3% of a
+    model server's CPU); nemo_gym records its own observations (``nemo_gym.observability``), so it is off unless the
+    process asks FastAPI to set OpenTelemetry up (``FASTAPI_OTEL_AUTO_CONFIGURE=true``)."""
+    if os.environ.get("FASTAPI_OTEL_AUTO_CONFIGURE", "").lower() == "true":
+        return None
+    return {"tracing": False, "metrics": False, "logs": False}
 
 
 @asynccontextmanager
@@ -405,7 +417,12 @@ class SimpleServer(BaseServer):
         return f"{type(self).__name__}___{self.config.name}"
 
     def create_app(self) -> FastAPI:
-        app = FastAPI(title=f"{type(self).__name__} ({self.config.name})", lifespan=_close_client_on_shutdown)
+        app = _ServerApp(
+            title=f"{type(self).__name__} ({self.config.name})",
+            lifespan=_close_client_on_shutdown,
+            telemetry=_fastapi_telemetry(),
+        )
+        app.router.route_class = _BodyRoute  # typed body routes without FastAPI's general path, same answers
         self.setup_session_middleware(app)
         app.get("/")(self._health)
         server_name = self.config.name

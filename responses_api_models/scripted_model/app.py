@@ -54,15 +54,14 @@ class ScriptedModel(SimpleResponsesAPIModel):
 
     async def responses(self, request: Request) -> Response:
         """Replies to a Responses request (validated like any model server's input)."""
-        body = _parse_body(NeMoGymResponseCreateParamsNonStreaming, await request.body())
+        raw = await request.body()
+        body = _parse_body(NeMoGymResponseCreateParamsNonStreaming, raw)
         await self._delay()
         items = body.input if isinstance(body.input, list) else []
         finished = sum(1 for item in items if getattr(item, "type", None) == "function_call_output")
         number = next(self._ids)
         output = [_complete_item(item, number, i) for i, item in enumerate(self._turn(finished))]
-        input_tokens = (
-            len(orjson.dumps(body.model_dump(mode="json", exclude_unset=True, include={"input"})["input"])) // 4
-        )
+        input_tokens = _input_size(raw) // 4
         output_tokens = sum(len(orjson.dumps(item)) for item in output) // 4
         return json_response(
             {
@@ -130,6 +129,12 @@ def _complete_item(item: dict[str, Any], number: int, index: int) -> dict[str, A
         content = [{"annotations": [], "logprobs": []} | part for part in item.get("content", [])]
         return {"id": f"msg_{number}_{index}", "role": "assistant", "status": "completed"} | item | {"content": content}
     return {"id": f"item_{number}_{index}"} | item
+
+
+def _input_size(raw: bytes) -> int:
+    """Bytes of the request's ``input`` as the caller sent it, in compact JSON: the token estimate's basis, measured
+    without dumping the validated request again."""
+    return len(orjson.dumps(orjson.loads(raw).get("input")))
 
 
 _Body = TypeVar("_Body", bound=BaseModel)

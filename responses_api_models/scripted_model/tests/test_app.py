@@ -45,3 +45,29 @@ def test_chat_completions_follow_the_same_script():
         api.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hello"}]}).json()
     )
     assert answer.choices[0].message.content == "hi"
+
+
+def test_input_tokens_are_a_quarter_of_the_input_as_json():
+    """The estimate counts the request's input in compact JSON: as sent, which for a request that validation keeps
+    whole is the validated input dumped again."""
+    import orjson
+
+    from nemo_gym.openai_utils import NeMoGymResponseCreateParamsNonStreaming
+
+    api = client()
+    call = api.post("/v1/responses", json={"input": "weather? ünïcode"}).json()["output"][0]
+    for body in (
+        {"input": "weather? ünïcode"},
+        {
+            "input": [
+                {"role": "user", "content": "weather? ünïcode", "type": "message"},
+                call,
+                {"type": "function_call_output", "call_id": call["call_id"], "output": '{"city": "Paris"}'},
+            ],
+            "tools": [{"type": "function", "name": "get_weather", "parameters": {"type": "object"}, "strict": True}],
+        },
+    ):
+        validated = NeMoGymResponseCreateParamsNonStreaming.model_validate(body)
+        dumped = validated.model_dump(mode="json", exclude_unset=True, include={"input"})["input"]
+        usage = api.post("/v1/responses", json=body).json()["usage"]
+        assert usage["input_tokens"] == len(orjson.dumps(dumped)) // 4 == len(orjson.dumps(body["input"])) // 4

@@ -1,0 +1,292 @@
+"""The FastAPI app and route class of our servers: the common case skips FastAPI's general path, with the same answers.
+
+Nearly every route of our servers (and of NeMo Gym environments) is ``async def handler(self, body: SomeModel)``,
+perhaps with the ``Request`` or ``Response`` as well. FastAPI's general path for it decodes the body with the stdlib
+``json`` module, solves a dependency graph of one node, validates the resulting dict, and builds a throwaway
+sub-response; in a busy resources server that was about a quarter of the CPU of a request. :class:`BodyRoute` plans
+once, when the route is built, whether the endpoint has that shape, and then parses the raw body in one
+``model_validate_json`` call and calls the endpoint directly. The answer goes through FastAPI's own
+``serialize_response``, so response JSON is byte for byte what FastAPI sends.
+
+Whenever the fast path is unsure it hands the request to FastAPI's general handler, which then does exactly what it
+always did: a body that is empty, not ``application/json``, or not valid for the model (so every 422 is FastAPI's
+own, with FastAPI's locations and messages), and any route of another shape (query or path parameters,
+dependencies, forms, streams, background tasks, an older FastAPI without the internals used here).
+
+:class:`ServerApp` is the app these routes live in: FastAPI's, less the layers that do nothing for our servers.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Coroutine
+from contextlib import AsyncExitStack
+from typing import Any
+
+from fastapi import FastAPI, HTTPException, Request, Response, params
+from fastapi.datastructures import DefaultPlaceholder
+from fastapi.routing import APIRoute
+from fastapi.utils import is_body_allowed_for_status_code
+from pydantic import BaseModel, ValidationError
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+try:  # internals of the FastAPI this was written against; without them every route takes the general path
+    from fastapi.routing import _effective_route_context_var, _extract_endpoint_context, serialize_response
+    from starlette.middleware.body_limit import MAX_BODY_SIZE_SCOPE_KEY
+except ImportError:  # pragma: no cover - older FastAPI / Starlette
+    serialize_response = None  # type: ignore[assignment]
+
+__all__ = ["BodyRoute", "ServerApp"]
+
+_Handler = Callable[[Request], Coroutine[Any, Any, Response]]
+_Fast = Callable[[Request], Coroutine[Any, Any, Response | None]]
+_JSON = b"application/json"
+
+
+class BodyRoute(APIRoute):
+    """An ``APIRoute`` that serves ``handler(body: Model[, request][, response])`` (or ``handler([request][,
+    response])``, no body) without FastAPI's general path.
+
+    Set it as ``app.router.route_class`` before adding routes (``SimpleServer.create_app`` does).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._fast: tuple[_Fast, _Handler] | None = None
+        super().__init__(*args, **kwargs)
+        if self._fast is not None and getattr(self, "max_body_size", None) is None:
+            self.app = _route_app(*self._fast)
+
+    def get_route_handler(self) -> _Handler:
+        general = super().get_route_handler()
+        plan = _plan(self)
+        if plan is None:
+            return general
+        fast = _fast_handler(self, plan)
+        self._fast = (fast, general)
+
+        async def handler(request: Request) -> Response:
+            response = await fast(request)
+            return response if response is not None else await general(request)
+
+        return handler
+
+
+class ServerApp(FastAPI):
+    """A FastAPI app whose middleware stack leaves out the two layers FastAPI adds that do nothing for our servers.
+
+    ``ExceptionTelemetryMiddleware`` records exceptions for FastAPI's native telemetry, which our servers turn off
+    (``telemetry=``), and ``AppBodyLimitMiddleware`` without a ``max_body_size`` only hands a request on (our
+    ``AccessMiddleware`` bounds bodies). Each was a coroutine frame on the way in and out of every request, as is
+    ``Starlette.__call__`` under ``FastAPI.__call__``: with telemetry off, a request goes straight to the stack.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        telemetry = getattr(self, "_telemetry", None)
+        self._telemetry_off = telemetry is not None and not any(
+            telemetry.get(k) for k in ("tracing", "metrics", "logs")
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # What FastAPI.__call__ and Starlette.__call__ do for a request when telemetry is off, in one frame.
+        if scope["type"] == "http" and self._telemetry_off and not self.root_path and self.middleware_stack is not None:
+            scope["app"] = self
+            await self.middleware_stack(scope, receive, send)
+            return
+        await super().__call__(scope, receive, send)
+
+    def build_middleware_stack(self) -> Any:
+        stack = super().build_middleware_stack()
+        node: Any = stack
+        while (child := getattr(node, "app", None)) is not None:
+            if (self._telemetry_off and type(child).__name__ == "ExceptionTelemetryMiddleware") or (
+                type(child).__name__ == "AppBodyLimitMiddleware" and getattr(self, "max_body_size", 0) is None
+            ):
+                node.app = child.app  # unlink it: its inner app is the next layer as it stands
+            else:
+                node = child
+        return stack
+
+
+class _Plan:
+    __slots__ = ("body_name", "call", "model", "request_name", "response_name")
+
+    def __init__(
+        self,
+        call: Any,
+        body_name: str,
+        model: type[BaseModel] | None,
+        request_name: str | None,
+        response_name: str | None,
+    ) -> None:
+        self.call = call
+        self.body_name = body_name
+        self.model = model
+        self.request_name = request_name
+        self.response_name = response_name
+
+
+def _plan(route: APIRoute) -> _Plan | None:
+    """The endpoint's shape when it is the one the fast path serves, else None."""
+    if serialize_response is None or _effective_route_context_var.get() is not None:
+        return None
+    dependant = route.dependant
+    call = dependant.call
+    if (
+        call is None
+        or not inspect.iscoroutinefunction(call)
+        or inspect.isasyncgenfunction(call)
+        or len(dependant.body_params) > 1
+        or (route.body_field is None) != (not dependant.body_params)
+        or dependant.path_params
+        or dependant.query_params
+        or dependant.header_params
+        or dependant.cookie_params
+        or dependant.dependencies
+        or dependant.websocket_param_name
+        or dependant.http_connection_param_name
+        or dependant.background_tasks_param_name
+        or dependant.security_scopes_param_name
+        or getattr(route, "_embed_body_fields", True)
+        or getattr(route, "stream_item_field", None) is not None
+        or getattr(route, "is_json_stream", False)
+        or getattr(route, "is_sse_stream", False)
+    ):
+        return None
+    if not dependant.body_params:
+        return _Plan(call, "", None, dependant.request_param_name, dependant.response_param_name)
+    field = dependant.body_params[0]
+    info = field.field_info
+    model = info.annotation
+    if (
+        not (isinstance(model, type) and issubclass(model, BaseModel))
+        or not info.is_required()
+        or info.metadata
+        or type(info) is not params.Body  # not Form / File, which subclass it
+        or _parses_json_differently(model.__pydantic_core_schema__)
+    ):
+        return None
+    return _Plan(call, field.name, model, dependant.request_param_name, dependant.response_param_name)
+
+
+def _fast_handler(route: APIRoute, plan: _Plan) -> _Fast:
+    """The fast path of one route: its response, or None where FastAPI's general handler must answer instead."""
+    call, model, body_name = plan.call, plan.model, plan.body_name
+    request_name, response_name = plan.request_name, plan.response_name
+    response_field = route.response_field
+    status_code = route.status_code
+    response_class = route.response_class
+    dump_json = response_field is not None and isinstance(response_class, DefaultPlaceholder)
+    actual_class = response_class.value if isinstance(response_class, DefaultPlaceholder) else response_class
+    options: dict[str, Any] = {
+        "include": route.response_model_include,
+        "exclude": route.response_model_exclude,
+        "by_alias": route.response_model_by_alias,
+        "exclude_unset": route.response_model_exclude_unset,
+        "exclude_defaults": route.response_model_exclude_defaults,
+        "exclude_none": route.response_model_exclude_none,
+    }
+    path = route.path
+
+    async def handler(request: Request) -> Response | None:
+        scope = request.scope
+        if MAX_BODY_SIZE_SCOPE_KEY in scope:
+            return None
+        values: dict[str, Any] = {}
+        if model is not None:
+            if not _declares_json(scope["headers"]):
+                return None
+            try:
+                raw = await request.body()
+            except HTTPException:
+                raise
+            except Exception as error:  # as FastAPI's general path answers a body it could not read
+                raise HTTPException(status_code=400, detail="There was an error parsing the body") from error
+            if not raw:
+                return None
+            try:
+                values[body_name] = model.model_validate_json(raw)
+            except ValidationError:  # FastAPI's own 422 (or its answer to JSON only Python's parser takes)
+                return None
+        sub_response: Response | None = None
+        if request_name is not None:
+            values[request_name] = request
+        if response_name is not None:
+            sub_response = Response()
+            del sub_response.headers["content-length"]
+            sub_response.status_code = None  # type: ignore[assignment]
+            values[response_name] = sub_response
+        raw_response = await call(**values)
+        if isinstance(raw_response, Response):
+            return raw_response
+        status = sub_response.status_code if sub_response is not None and sub_response.status_code else status_code
+        endpoint_ctx = _extract_endpoint_context(call)
+        endpoint_ctx["path"] = f"{request.method} {scope.get('root_path', '').rstrip('/')}{path}"
+        content = await serialize_response(
+            field=response_field,
+            response_content=raw_response,
+            is_coroutine=True,
+            endpoint_ctx=endpoint_ctx,
+            dump_json=dump_json,
+            **options,
+        )
+        args: dict[str, Any] = {"background": None} if status is None else {"background": None, "status_code": status}
+        if dump_json:
+            response = Response(content=content, media_type="application/json", **args)
+        else:
+            response = actual_class(content, **args)
+        if not is_body_allowed_for_status_code(response.status_code):
+            response.body = b""
+        if sub_response is not None:
+            response.headers.raw.extend(sub_response.headers.raw)
+        return response
+
+    return handler
+
+
+def _parses_json_differently(schema: Any) -> bool:
+    """Whether validating JSON with this core schema can differ from validating what ``json.loads`` makes of it.
+
+    FastAPI validates the latter. Strict validation of JSON accepts what strict validation of Python objects refuses
+    (an enum, a date or a tuple given as JSON), and a decimal keeps digits that ``json.loads`` rounds to a float, so
+    a model with either anywhere takes the general path.
+    """
+    if isinstance(schema, dict):
+        return (
+            schema.get("strict") is True
+            or schema.get("type") == "decimal"
+            or any(_parses_json_differently(value) for value in schema.values())
+        )
+    if isinstance(schema, (list, tuple)):
+        return any(_parses_json_differently(value) for value in schema)
+    return False
+
+
+def _route_app(fast: _Fast, general: _Handler) -> ASGIApp:
+    """The route's ASGI app: ``fastapi.routing.request_response`` without its per-request exception wrapper and exit
+    stacks. An exception goes on to the app's ``ExceptionMiddleware``, which holds the same handlers; the stacks are
+    opened only for the general handler, the one thing that uses them. Every layer here is one more frame that each
+    await of a long request (an agent's ``/run``) passes through when it resumes."""
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        request = Request(scope, receive, send)
+        response = await fast(request)
+        if response is not None:
+            await response(scope, receive, send)
+            return
+        async with AsyncExitStack() as request_stack:
+            scope["fastapi_inner_astack"] = request_stack
+            async with AsyncExitStack() as function_stack:
+                scope["fastapi_function_astack"] = function_stack
+                response = await general(request)
+            await response(scope, receive, send)
+
+    return app
+
+
+def _declares_json(headers: list[tuple[bytes, bytes]]) -> bool:
+    """Whether the request says its body is exactly ``application/json`` (anything else: FastAPI decides)."""
+    for name, value in headers:
+        if name == b"content-type":
+            return value == _JSON or value.lower() == _JSON
+    return False
