@@ -53,3 +53,16 @@ def test_aggregate_by_task_with_usage():
     assert metrics.agent_metrics["mean/usage/output_tokens"] == 15
     assert [g["mean/reward"] for g in metrics.group_level_metrics] == [0.5, 0.0]
     assert metrics.key_metrics["mean/reward"] == 0.25
+
+
+def test_per_task_metrics_share_their_key_strings():
+    """Thousands of tasks each carry the same ~20 statistic names: one string each, not one per task."""
+    rows = [
+        {"_ng_task_index": task, "reward": 1.0, "response": {"usage": {"input_tokens": 3, "total_tokens": 4}}}
+        for task in range(3)
+    ]
+    first, *others = aggregate_verify_responses(rows).group_level_metrics
+    assert "mean/usage/input_tokens" in first
+    for other in others:
+        assert other == first | {"_ng_task_index": other["_ng_task_index"]}
+        assert all(a is b for a, b in zip(first, other, strict=True))
