@@ -66,3 +66,14 @@ def test_per_task_metrics_share_their_key_strings():
     for other in others:
         assert other == first | {"_ng_task_index": other["_ng_task_index"]}
         assert all(a is b for a, b in zip(first, other, strict=True))
+
+
+def test_the_aggregate_is_what_validating_it_gives():
+    """Built without validation (it would only copy every per-task dict): the same model as a validated one."""
+    from nemo_gym.metrics import AggregateMetrics
+
+    rows = [{"_ng_task_index": task % 2, "reward": float(task % 3 == 0)} for task in range(6)]
+    built = aggregate_verify_responses(rows)
+    validated = AggregateMetrics.model_validate(built.model_dump())
+    assert built == validated and built.model_fields_set == validated.model_fields_set
+    assert built.model_dump_json() == validated.model_dump_json()
