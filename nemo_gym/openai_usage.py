@@ -6,7 +6,11 @@ Apart from `openai_responses.py` because usage is its own concern: which keys a 
 
 from __future__ import annotations
 
+import ast
+import importlib.util
+import sys
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from pydantic import Field, field_validator
@@ -26,17 +30,56 @@ _SDK_COUNTS_CACHE_WRITES: bool | None = None
 not). None until the first usage dump asks: importing this module must not import the SDK."""
 
 
+_SDK_USAGE_MODULE = "openai.types.responses.response_usage"
+
+
+def _sdk_declared_input_details_fields() -> frozenset[str] | None:
+    """The fields the installed SDK's ``InputTokensDetails`` declares, read from its source without importing it.
+
+    Importing that one module imports the whole SDK (``openai/__init__`` loads its HTTP clients and ~900 modules,
+    ~20 MB): a server that only dumps usage paid that on its first rollout. None when the class cannot be read that
+    way (no source file, the class moved or inherits its fields): the caller imports it then.
+    """
+    spec = importlib.util.find_spec("openai")  # a top-level name: located, not imported
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    source = Path(spec.submodule_search_locations[0], *_SDK_USAGE_MODULE.split(".")[1:]).with_suffix(".py")
+    try:
+        tree = ast.parse(source.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == "InputTokensDetails":
+            if [ast.unparse(base) for base in node.bases] != ["BaseModel"]:
+                return None
+            return frozenset(
+                item.target.id
+                for item in node.body
+                if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)
+            )
+    return None
+
+
+def _sdk_counts_cache_writes() -> bool:
+    """Whether the installed SDK's usage details have ``cache_write_tokens`` (True without an SDK)."""
+    loaded = sys.modules.get(_SDK_USAGE_MODULE)
+    if loaded is None and importlib.util.find_spec("openai") is None:
+        return True
+    if loaded is None and (declared := _sdk_declared_input_details_fields()) is not None:
+        return "cache_write_tokens" in declared
+    try:
+        from openai.types.responses.response_usage import InputTokensDetails
+    except ImportError:
+        return True
+    return "cache_write_tokens" in InputTokensDetails.model_fields
+
+
 def _unknown_to_the_sdk(_: object) -> bool:
     """A usage dump has the keys the installed SDK's own model has: newer SDKs require ``cache_write_tokens``, and an
     environment written for NeMo Gym on openai 2.7 compares usage dicts that lack it."""
     global _SDK_COUNTS_CACHE_WRITES
     if _SDK_COUNTS_CACHE_WRITES is None:
-        try:
-            from openai.types.responses.response_usage import InputTokensDetails
-
-            _SDK_COUNTS_CACHE_WRITES = "cache_write_tokens" in InputTokensDetails.model_fields
-        except ImportError:
-            _SDK_COUNTS_CACHE_WRITES = True
+        _SDK_COUNTS_CACHE_WRITES = _sdk_counts_cache_writes()
     return not _SDK_COUNTS_CACHE_WRITES
 
 

@@ -163,3 +163,44 @@ def test_a_config_field_typed_by_an_enum_takes_its_values(tmp_path: Path) -> Non
     assert model.model_validate({**_SERVER, "mode": "b"}).mode == "b"  # type: ignore[attr-defined]
     with pytest.raises(ValueError):
         model.model_validate({**_SERVER, "mode": "c"})
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        {"agent_metrics": {"mean/reward": 0.5}, "key_metrics": {}, "group_level_metrics": [{"_ng_task_index": 0}]},
+        {"agent_metrics": {}, "key_metrics": {}, "group_level_metrics": [], "extra": 1},  # ignored, as by the model
+        {"agent_metrics": {}, "key_metrics": {}},  # missing: the model's own 500-worthy error
+        {"agent_metrics": {}, "key_metrics": {}, "group_level_metrics": [1]},
+        {"agent_metrics": [], "key_metrics": {}, "group_level_metrics": []},
+        [],
+    ],
+)
+def test_an_aggregate_metrics_answer_is_what_the_model_validates_it_to(answer: object) -> None:
+    """The agent takes an answer of the model's shape as parsed (no copy of every per-task dict); anything else goes
+    through the model, so the result, or the error, is the model's."""
+    import orjson
+    from pydantic import ValidationError
+
+    from nemo_gym.base_responses_api_agent import _metrics_answer
+    from nemo_gym.metrics import AggregateMetrics
+
+    raw = orjson.dumps(answer)
+    try:
+        expected = AggregateMetrics.model_validate(orjson.loads(raw))
+    except ValidationError as e:
+        with pytest.raises(ValidationError) as raised:
+            _metrics_answer(raw)
+        assert raised.value.errors() == e.errors()
+        return
+    got = _metrics_answer(raw)
+    assert got == expected and got.model_fields_set == expected.model_fields_set
+    assert set(AggregateMetrics.model_fields) == {"agent_metrics", "key_metrics", "group_level_metrics"}
+
+
+def test_the_rows_an_agent_forwards_are_the_bytes_the_model_dumps_to() -> None:
+    from nemo_gym.metrics import AggregateMetricsRequest
+    from nemo_gym.transport.http_client import dumps
+
+    rows = [{"_ng_task_index": 0, "reward": float("nan"), "nested": {"a": [1, None, "x"]}, "flag": True}]
+    assert dumps({"verify_responses": rows}) == dumps(AggregateMetricsRequest(verify_responses=rows))

@@ -60,3 +60,58 @@ def test_hosted_tool_items_still_load_and_validate_with_the_sdk() -> None:
     out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["openai.types.responses.response_function_web_search", "web_search_call"]
+
+
+def test_dumping_a_usage_reads_the_sdks_shape_without_importing_the_sdk() -> None:
+    """A resources server dumps every ``/verify`` body, usage included: that used to import the whole SDK (~20 MB)
+    on the first rollout, only to ask whether its usage details have ``cache_write_tokens``."""
+    probe = (
+        "import sys\n"
+        "from nemo_gym.openai_utils import NeMoGymResponse\n"
+        "r = NeMoGymResponse.model_validate({'id': 'r', 'created_at': 0, 'model': 'm', 'output': [],"
+        " 'usage': {'input_tokens': 3, 'output_tokens': 1, 'total_tokens': 4}})\n"
+        "details = r.model_dump()['usage']['input_tokens_details']\n"
+        "assert 'openai' not in sys.modules, 'the dump imported the SDK'\n"
+        "from openai.types.responses.response_usage import InputTokensDetails\n"
+        "assert set(details) == set(InputTokensDetails.model_fields), (details, InputTokensDetails.model_fields)\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["ok"]
+
+
+def test_the_sdks_usage_shape_read_from_source_is_the_imported_one() -> None:
+    """The fast path (the SDK's source, parsed) and the general one (the SDK imported) give the same answer."""
+    from openai.types.responses.response_usage import InputTokensDetails
+
+    from nemo_gym import openai_usage
+
+    assert openai_usage._sdk_declared_input_details_fields() == frozenset(InputTokensDetails.model_fields)
+    assert openai_usage._sdk_counts_cache_writes() == ("cache_write_tokens" in InputTokensDetails.model_fields)
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("class InputTokensDetails(BaseModel):\n    cached_tokens: int\n", frozenset({"cached_tokens"})),  # openai 2.7
+        ("class InputTokensDetails(Base):\n    cached_tokens: int\n", None),  # inherited fields: import to know
+        ("InputTokensDetails = dict\n", None),
+        ("class InputTokensDetails(BaseModel:\n", None),  # unparseable
+    ],
+)
+def test_an_sdk_usage_source_that_cannot_be_read_plainly_means_importing_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str, expected: frozenset[str] | None
+) -> None:
+    import importlib.machinery
+    import importlib.util
+
+    from nemo_gym import openai_usage
+
+    package = tmp_path / "openai"
+    (package / "types" / "responses").mkdir(parents=True)
+    (package / "types" / "responses" / "response_usage.py").write_text(source)
+    spec = importlib.machinery.ModuleSpec("openai", None, is_package=True)
+    spec.submodule_search_locations = [str(package)]
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: spec if name == "openai" else None)
+    assert openai_usage._sdk_declared_input_details_fields() == expected

@@ -53,3 +53,27 @@ def test_aggregate_by_task_with_usage():
     assert metrics.agent_metrics["mean/usage/output_tokens"] == 15
     assert [g["mean/reward"] for g in metrics.group_level_metrics] == [0.5, 0.0]
     assert metrics.key_metrics["mean/reward"] == 0.25
+
+
+def test_per_task_metrics_share_their_key_strings():
+    """Thousands of tasks each carry the same ~20 statistic names: one string each, not one per task."""
+    rows = [
+        {"_ng_task_index": task, "reward": 1.0, "response": {"usage": {"input_tokens": 3, "total_tokens": 4}}}
+        for task in range(3)
+    ]
+    first, *others = aggregate_verify_responses(rows).group_level_metrics
+    assert "mean/usage/input_tokens" in first
+    for other in others:
+        assert other == first | {"_ng_task_index": other["_ng_task_index"]}
+        assert all(a is b for a, b in zip(first, other, strict=True))
+
+
+def test_the_aggregate_is_what_validating_it_gives():
+    """Built without validation (it would only copy every per-task dict): the same model as a validated one."""
+    from nemo_gym.metrics import AggregateMetrics
+
+    rows = [{"_ng_task_index": task % 2, "reward": float(task % 3 == 0)} for task in range(6)]
+    built = aggregate_verify_responses(rows)
+    validated = AggregateMetrics.model_validate(built.model_dump())
+    assert built == validated and built.model_fields_set == validated.model_fields_set
+    assert built.model_dump_json() == validated.model_dump_json()

@@ -179,6 +179,35 @@ async def test_validation_and_streaming_work_through_the_coalescing_protocol() -
             assert await resp.read() == b"second"
 
 
+async def test_an_idle_keep_alive_connection_holds_no_request_and_serves_the_next_one() -> None:
+    async with serving(weather_app()) as (url, server), aiohttp.ClientSession() as session:
+        for city in ("Paris", "Oslo"):
+            async with session.post(f"{url}/get_weather", json={"city": city}) as resp:
+                assert (await resp.json())["city"] == city
+            (connection,) = server.server_state.connections  # the same keep-alive connection both times
+            assert (connection.cycle, connection.scope, connection.headers) == (None, None, None)
+
+
+async def test_pipelined_requests_are_all_answered_in_order() -> None:
+    """Requests written back to back on one connection: the first one's end must not forget the next."""
+    body = b'{"city": "%s"}'
+    requests = b"".join(
+        b"POST /get_weather HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
+        % (len(body % city), body % city)
+        for city in (b"Paris", b"Oslo", b"Rome")
+    )
+    async with serving(weather_app()) as (url, _):
+        reader, writer = await asyncio.open_connection("127.0.0.1", int(url.rsplit(":", 1)[1]))
+        writer.write(requests)
+        answers = []
+        for _ in range(3):  # the read deadline is a hang guard only
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 60)
+            length = int(next(h for h in head.split(b"\r\n") if h.lower().startswith(b"content-length")).split(b":")[1])
+            answers.append(await asyncio.wait_for(reader.readexactly(length), 60))
+        writer.close()
+    assert [a.split(b'"city":"')[1].split(b'"')[0] for a in answers] == [b"Paris", b"Oslo", b"Rome"]
+
+
 @pytest.mark.parametrize("loop_name", ["asyncio", "uvloop"])
 def test_the_configured_event_loop_serves(loop_name: str) -> None:
     if loop_name == "uvloop" and importlib.util.find_spec("uvloop") is None:

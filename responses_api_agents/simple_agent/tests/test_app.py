@@ -183,3 +183,16 @@ def test_without_tool_execution_a_text_answer_also_ends_the_rollout():
     with serve([[_message("No tool needed.")], [_message("second")]], execute_tools=False) as agent:
         output = run(agent).json()["response"]["output"]
     assert [item["content"][0]["text"] for item in output] == ["No tool needed."]
+
+
+def test_aggregate_metrics_are_the_resources_servers_own():
+    from nemo_gym.metrics import aggregate_verify_responses
+
+    rows = [
+        {"_ng_task_index": task % 2, "reward": task / 4, "response": {"usage": {"total_tokens": task}}}
+        for task in range(4)
+    ]
+    with serve([[_message("Cold.")]]) as agent:
+        answer = httpx.post(f"{agent}/aggregate_metrics", json={"verify_responses": rows}, timeout=60)
+    assert answer.status_code == 200, answer.text
+    assert answer.json() == aggregate_verify_responses(rows).model_dump()
