@@ -174,7 +174,7 @@ REVERIFY_FLAGS = (
 
 def _head_server_config(composed: ComposedConfig) -> ComposedConfig:
     """The config of running servers, asked from the head server the composed config points at."""
-    from nemo_gym.server_utils import fetch_config_from_head_server
+    from nemo_gym.config.head_fetch import fetch_config_from_head_server
 
     head = composed.config.head_server
     return ComposedConfig.of(fetch_config_from_head_server(BaseServerConfig(host=head.host, port=head.port)))
