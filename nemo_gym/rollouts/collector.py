@@ -196,6 +196,7 @@ class RolloutCollector:
         return state
 
     def _pending(self, state: _ResumeState) -> Iterator[_Pending]:
+        keep_row = self._send is not None or bool(self.options.capture_dirs)  # the row is needed whole anyway
         for _, line, row in iter_jsonl_lines(self.materialized.path):
             key = rollout_key(row)
             if key in state.done:
@@ -206,9 +207,10 @@ class RolloutCollector:
                 continue
             if state.attempts[key]:
                 row[ATTEMPT_INDEX_KEY] = state.attempts[key]
-                yield _Pending(orjson.dumps(row), {k: row[k] for k in _ROW_KEYS if k in row})
+                body = orjson.dumps(row)
             else:  # the line is the row as /run gets it (materialize wrote it with orjson, as the transport would)
-                yield _Pending(line.rstrip(b"\n"), {k: row[k] for k in _ROW_KEYS if k in row})
+                body = line.rstrip(b"\n")
+            yield _Pending(body, {k: row[k] for k in _ROW_KEYS if k in row}, row if keep_row else None)
 
     # -- running -------------------------------------------------------------------------------------------------
 
@@ -329,9 +331,13 @@ class _Pending:
 
     body: bytes
     keys: dict[str, Any]
+    parsed: dict[str, Any] | None = None
+    """The row itself, kept only where every rollout needs it (model-call capture, a caller's own sender)."""
 
     def row(self) -> dict[str, Any]:
-        """The whole row, parsed again (only for model-call capture, observations, or a caller's own sender)."""
+        """The whole row (parsed again unless kept: for an agent's observations)."""
+        if self.parsed is not None:
+            return self.parsed
         row: dict[str, Any] = orjson.loads(self.body)
         return row
 
