@@ -31,7 +31,8 @@ class Agent:
     """An agent on 127.0.0.1 that keeps each ``/run`` body as received and scores every row 1 (``fail``: the
     ``(task, rollout)`` keys it answers with a 500 the first time)."""
 
-    def __init__(self, fail: set[tuple[int, int]] | None = None) -> None:
+    def __init__(self, fail: set[tuple[int, int]] | None = None, extra: dict[str, Any] | None = None) -> None:
+        self.extra = extra or {}
         self.bodies: list[bytes] = []
         self.content_types: list[str] = []
         self.fail = set(fail or ())
@@ -47,7 +48,8 @@ class Agent:
         if key in self.fail:
             self.fail.discard(key)
             return web.json_response({"detail": "boom"}, status=500)
-        return web.Response(body=orjson.dumps(row | {"reward": 1.0}), content_type="application/json")
+        answer = row | {"reward": 1.0} | self.extra
+        return web.Response(body=orjson.dumps(answer), content_type="application/json")
 
     async def __aenter__(self) -> Agent:
         app = web.Application()
@@ -64,9 +66,9 @@ class Agent:
         await self._runner.cleanup()
 
 
-def _materialize(tmp_path: Path, name: str) -> Any:
+def _materialize(tmp_path: Path, name: str, rows: list[dict[str, Any]] = ROWS) -> Any:
     data = tmp_path / "in.jsonl"
-    data.write_bytes(b"".join(orjson.dumps(row) + b"\n" for row in ROWS))
+    data.write_bytes(b"".join(orjson.dumps(row) + b"\n" for row in rows))
     return materialize(
         MaterializeOptions(
             data, tmp_path / name / "out.jsonl", agent_name="a", num_repeats=2, num_repeats_add_seed=True
@@ -122,6 +124,30 @@ def test_fast_path_and_sender_path_write_the_same_rows_and_retry_with_the_attemp
     assert len(outputs[False]) == 2 * len(ROWS)
     assert retried_bodies[False] == retried_bodies[True]
     assert [orjson.loads(b)["_ng_attempt_index"] for b in retried_bodies[False]] == [1]
+
+
+def test_an_agents_trajectory_is_joined_with_the_row_on_both_paths(tmp_path):
+    rows = [{"responses_create_params": {"input": "q"}, "task_id": "t-1"}]
+    trajectories = {}
+    for through_sender in (False, True):
+        materialized = _materialize(tmp_path, f"t{through_sender}", rows)
+
+        async def main(materialized: Any = materialized, through_sender: bool = through_sender) -> list[dict]:
+            async with Agent(extra={"ng_trajectory": {"task_id": 1}}) as agent:  # an invalid producer trajectory
+                return await _collect(materialized, agent, through_sender)
+
+        written = asyncio.run(asyncio.wait_for(main(), 60))
+        trajectories[through_sender] = [
+            (
+                r["ng_trajectory"]["task_id"],
+                r["ng_trajectory"]["rollout_id"],
+                {g["code"] for g in r["ng_trajectory"]["gaps"]},
+            )
+            for r in written
+        ]
+    assert trajectories[False] == trajectories[True]
+    assert trajectories[False][0][0] == "t-1"  # taken from the row, which the fast path holds only as bytes
+    assert "producer_trajectory_invalid" in trajectories[False][0][2]
 
 
 def test_pool_takes_every_item_once_within_the_bound_and_starts_before_all_workers_exist():
