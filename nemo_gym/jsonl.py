@@ -31,6 +31,20 @@ def iter_jsonl_spans(path: Path, limit: int | None = None) -> Iterator[tuple[int
 
     The span lets a caller re-read one row later (to write rows in another order) without keeping rows in memory.
     """
+    for number, offset, line, row in _iter_lines(path, limit):
+        yield number, offset, len(line), row
+
+
+def iter_jsonl_lines(path: Path, limit: int | None = None) -> Iterator[tuple[int, bytes, dict[str, Any]]]:
+    """Like :func:`iter_jsonl`, with each line as read (its line break included): ``(line_number, line, row)``.
+
+    A caller that passes a row on unchanged can send or keep these bytes instead of the parsed row.
+    """
+    for number, _, line, row in _iter_lines(path, limit):
+        yield number, line, row
+
+
+def _iter_lines(path: Path, limit: int | None) -> Iterator[tuple[int, int, bytes, dict[str, Any]]]:
     if not path.is_file():
         raise ConfigPathNotFoundError(f"input file {path} does not exist")
     count = 0
@@ -50,7 +64,7 @@ def iter_jsonl_spans(path: Path, limit: int | None = None) -> Iterator[tuple[int
             if not isinstance(row, dict):
                 raise ConfigError(f"{path}:{number}: each line must be a JSON object, got {type(row).__name__}")
             count += 1
-            yield number, start, len(line), row
+            yield number, start, line, row
 
 
 class JsonlWriter:

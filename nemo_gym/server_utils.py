@@ -8,7 +8,6 @@ server kinds; ``run_webserver()`` is what an implementation's ``app.py`` calls u
 from __future__ import annotations
 
 import difflib
-import json
 import logging
 import os
 import re
@@ -26,9 +25,13 @@ from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from pydantic import BaseModel, ConfigDict
 
+from nemo_gym.config.head_fetch import HEAD_SERVER_URL_ENV_VAR as HEAD_SERVER_URL_ENV_VAR
+from nemo_gym.config.head_fetch import fetch_config_from_head_server as fetch_config_from_head_server
+from nemo_gym.config.head_fetch import register_run_token as _register_run_token
+from nemo_gym.config.head_fetch import with_token as _with_token
 from nemo_gym.config.ports import LISTEN_FD_ENV_VAR
 from nemo_gym.config.server_models import SERVER_TYPES, BaseRunServerInstanceConfig, BaseServerConfig
 from nemo_gym.config.tree import plain_dict as _plain_dict
@@ -60,7 +63,6 @@ _HTTP_CLIENT = "nemo_gym.transport.http_client"
 logger = logging.getLogger(__name__)
 
 SESSION_ID_KEY = "session_id"
-HEAD_SERVER_URL_ENV_VAR = "NEMO_GYM_HEAD_SERVER_URL"
 REQUEST_DEBUG_KEY = "global_aiohttp_client_request_debug"
 """Top-level config key (NeMo Gym's name): servers print full request and response details of failed calls."""
 FASTAPI_WORKER_ENV_VAR = "IS_NEMO_GYM_FASTAPI_WORKER"
@@ -270,60 +272,6 @@ class ServerClient(BaseModel):
 
     async def get(self, server_name: str, url_path: str, **kwargs: Any) -> aiohttp.ClientResponse:
         return await self.request("GET", server_name, url_path, **kwargs)
-
-
-def fetch_config_from_head_server(head: BaseServerConfig, timeout_s: float = 10.0) -> DictConfig:
-    """The head server's (masked) config. Its token comes from ``NEMO_GYM_RUN_TOKEN`` or the run's token file, and
-    is then sent to every server that config names."""
-    head_url = f"http://{head.host}:{head.port}"
-    token = access.registered_token(head_url) or access.read_token_file(head.host, head.port)
-    access.register(token, [head_url])
-    try:
-        with urllib.request.urlopen(_with_token(f"{head_url}/global_config_dict_yaml"), timeout=timeout_s) as response:
-            body = json.loads(response.read())
-    except urllib.error.HTTPError as e:
-        if e.code != 401:
-            raise ConfigError(f"the head server at {head.host}:{head.port} answered HTTP {e.code}") from e
-        where = access.token_file(head.host, head.port)
-        raise ConfigError(
-            f"the head server at {head.host}:{head.port} wants the run's token ({'a wrong one was sent' if token else 'none found'}). "
-            f"Run as the user who started it (the token is in {where}), or set {access.TOKEN_ENV_VAR}"
-        ) from e
-    except (urllib.error.URLError, OSError) as e:
-        raise ConfigError(
-            f"cannot reach the head server at {head.host}:{head.port} ({e}). Start the servers with `gym env start`, "
-            f"or set {HEAD_SERVER_URL_ENV_VAR}"
-        ) from e
-    config = OmegaConf.create(body if isinstance(body, str) else json.dumps(body))
-    if not isinstance(config, DictConfig):
-        raise ConfigError(f"the head server at {head.host}:{head.port} sent a config that is not a mapping")
-    _register_run_token(config, token)
-    return config
-
-
-def _register_run_token(config: DictConfig, token: str | None = None) -> None:
-    """Send the run's token (``token``, else the config's own ``run_token``) to every server instance of ``config``
-    and its head server, and to nothing else."""
-    token = token or config.get(access.RUN_TOKEN_KEY)
-    if not token:
-        return
-    urls = []
-    for block in config.values():
-        server_type = next((t for t in SERVER_TYPES if isinstance(block, DictConfig) and t in block), None)
-        if server_type is None or not isinstance(block[server_type], DictConfig) or not block[server_type]:
-            continue
-        inner = next(iter(block[server_type].values()))
-        if isinstance(inner, DictConfig) and inner.get("host") and inner.get("port"):
-            urls.append(f"http://{inner['host']}:{inner['port']}")
-    head = config.get("head_server")
-    if isinstance(head, DictConfig) and head.get("port"):
-        urls.append(f"http://{head.get('host') or DEFAULT_HOST}:{head['port']}")
-    access.register(str(token), urls)
-
-
-def _with_token(url: str) -> urllib.request.Request | str:
-    token = access.registered_token(url)
-    return urllib.request.Request(url, headers={access.TOKEN_HEADER: token}) if token else url
 
 
 # ---------------------------------------------------------------------------------------------------------------------

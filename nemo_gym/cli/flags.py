@@ -23,8 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hydra.core.override_parser.overrides_parser import OverridesParser
-
 from nemo_gym.assets import SelectorKind, resolve_selector
 from nemo_gym.config.placement import RAY_ADDRESS_KEY
 from nemo_gym.errors import ConfigError
@@ -167,6 +165,8 @@ def flags_to_overrides(args: argparse.Namespace, flags: tuple[Flag, ...], passth
 
 
 def _parse_config_paths_token(token: str) -> list[str]:
+    from hydra.core.override_parser.overrides_parser import OverridesParser  # Hydra costs ~0.1 s: only when needed
+
     try:
         value = OverridesParser.create().parse_override(token).value()
     except Exception as e:

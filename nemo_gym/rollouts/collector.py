@@ -37,7 +37,7 @@ import orjson
 from tqdm import tqdm
 
 from nemo_gym.config.datasets import AGENT_REF_KEY
-from nemo_gym.jsonl import JsonlWriter, drop_repeated_rows, iter_jsonl, repair_tail, write_json_atomic
+from nemo_gym.jsonl import JsonlWriter, drop_repeated_rows, iter_jsonl, iter_jsonl_lines, repair_tail, write_json_atomic
 from nemo_gym.observability.capture import CAPTURE_KEY, OBSERVATIONS_KEY
 from nemo_gym.observability.trajectory import (
     TRAJECTORY_KEY,
@@ -195,8 +195,9 @@ class RolloutCollector:
             write_json_atomic(manifest, {"fingerprint": self.materialized.fingerprint, "started_at": time.time()})
         return state
 
-    def _pending(self, state: _ResumeState) -> Iterator[dict[str, Any]]:
-        for _, row in iter_jsonl(self.materialized.path):
+    def _pending(self, state: _ResumeState) -> Iterator[_Pending]:
+        keep_row = self._send is not None or bool(self.options.capture_dirs)  # the row is needed whole anyway
+        for _, line, row in iter_jsonl_lines(self.materialized.path):
             key = rollout_key(row)
             if key in state.done:
                 self.summary.skipped_done += 1
@@ -206,7 +207,10 @@ class RolloutCollector:
                 continue
             if state.attempts[key]:
                 row[ATTEMPT_INDEX_KEY] = state.attempts[key]
-            yield row
+                body = orjson.dumps(row)
+            else:  # the line is the row as /run gets it (materialize wrote it with orjson, as the transport would)
+                body = line.rstrip(b"\n")
+            yield _Pending(body, {k: row[k] for k in _ROW_KEYS if k in row}, row if keep_row else None)
 
     # -- running -------------------------------------------------------------------------------------------------
 
@@ -238,9 +242,10 @@ class RolloutCollector:
             compact_failures(self.options.output_path)
         return self.summary
 
-    async def _run_one(self, row: dict[str, Any]) -> None:
+    async def _run_one(self, pending: _Pending) -> None:
         """Run one row to its end: scored, or failed and charged. A failure of a server that turns out to be down is
         not charged: the row waits (held by this worker) until the server is back and runs again."""
+        row = pending.keys
         agent = row[AGENT_REF_KEY]["name"]
         if self.agent_urls.get(agent) is None and self._send is None and not self._router.replicated(agent):
             self._fail(row, RolloutFailure("unknown_agent", f"agent {agent!r} is not running"))
@@ -248,7 +253,7 @@ class RolloutCollector:
         while True:
             await self._breakers.wait_until_closed()
             target, url = self._router.pick(agent)  # a replica that is up, when the agent has replicas
-            result = await self._attempt(agent, target, url, row)
+            result = await self._attempt(agent, target, url, pending)
             self._router.release(target, scored=not isinstance(result, RolloutFailure))
             if not isinstance(result, RolloutFailure):
                 break
@@ -262,7 +267,8 @@ class RolloutCollector:
         result[AGENT_REF_KEY] = row[AGENT_REF_KEY]
         if ATTEMPT_INDEX_KEY in row:
             result[ATTEMPT_INDEX_KEY] = row[ATTEMPT_INDEX_KEY]
-        add_observations(row, result, self.options.capture_dirs)
+        if self.options.capture_dirs or _has_observations(result):
+            add_observations(pending.row(), result, self.options.capture_dirs)
         self._output.write(result)
         self.summary.succeeded += 1
         sums = self._reward_sums.setdefault(agent, [0.0, 0])
@@ -271,15 +277,15 @@ class RolloutCollector:
         self._advance()
 
     async def _attempt(
-        self, agent: str, target: str, url: str | None, row: dict[str, Any]
+        self, agent: str, target: str, url: str | None, pending: _Pending
     ) -> dict[str, Any] | RolloutFailure:
-        """One ``/run`` of ``row`` on ``target``: the agent, or the replica of it the router picked."""
+        """One ``/run`` of the row on ``target``: the agent, or the replica of it the router picked."""
         if self.options.capture_dirs:
-            clear_model_call_captures([row], self.options.capture_dirs)
+            clear_model_call_captures([pending.row()], self.options.capture_dirs)
         if self._send is not None:
-            return await judge_rollout(self._send(agent, row))
+            return await judge_rollout(self._send(agent, pending.row()))
         assert url is not None
-        return await run_rollout(url, target, row, self._transport)
+        return await judge_rollout(_post_run(url, target, self._transport, data=pending.body, headers=_JSON_BODY))
 
     def _say(self, line: str) -> None:
         """One line for the user, on stderr, above the progress bar when there is one."""
@@ -311,6 +317,29 @@ class RolloutCollector:
         for agent, (total, count) in self._reward_sums.items():
             postfix[f"reward[{agent}]"] = f"{total / count:.3f}"
         self._bar.set_postfix(postfix, refresh=False)
+
+
+_ROW_KEYS = (TASK_INDEX_KEY, ROLLOUT_INDEX_KEY, AGENT_REF_KEY, ATTEMPT_INDEX_KEY)
+_JSON_BODY = {"Content-Type": "application/json"}
+
+
+@dataclass(slots=True)
+class _Pending:
+    """A rollout waiting for its turn: the row as the JSON bytes ``/run`` gets, and the row's keys the collector
+    writes into its results. With thousands in flight, the parsed row (~3 KB) and its body serialised again (orjson
+    keeps a 4 KB buffer) were most of the collector's memory."""
+
+    body: bytes
+    keys: dict[str, Any]
+    parsed: dict[str, Any] | None = None
+    """The row itself, kept only where every rollout needs it (model-call capture, a caller's own sender)."""
+
+    def row(self) -> dict[str, Any]:
+        """The whole row (parsed again unless kept: for an agent's observations)."""
+        if self.parsed is not None:
+            return self.parsed
+        row: dict[str, Any] = orjson.loads(self.body)
+        return row
 
 
 @dataclass(frozen=True)
@@ -352,8 +381,12 @@ def add_observations(row: dict[str, Any], result: dict[str, Any], capture_dirs: 
     """
     if capture_dirs:
         merge_model_call_capture_into_record(result, capture_dirs)
-    if CAPTURE_KEY in result or OBSERVATIONS_KEY in result or TRAJECTORY_KEY in result:
+    if _has_observations(result):
         attach_trajectory_record(row, result)
+
+
+def _has_observations(result: dict[str, Any]) -> bool:
+    return CAPTURE_KEY in result or OBSERVATIONS_KEY in result or TRAJECTORY_KEY in result
 
 
 async def run_rollout(
@@ -373,14 +406,15 @@ async def run_rollout(
     else it holds (class ``no_persist`` unless it names one).
     """
 
-    async def send() -> tuple[int, bytes]:
-        response = await http_client.request(
-            "POST", f"{url}/run", json=row, server_name=agent, url_path="/run", config=transport, retry=False,
-            nested=nested,
-        )  # fmt: skip
-        return response.status, await response.read()
+    return await judge_rollout(_post_run(url, agent, transport, json=row, nested=nested))
 
-    return await judge_rollout(send())
+
+async def _post_run(url: str, agent: str, transport: TransportConfig | None, **body: Any) -> tuple[int, bytes]:
+    """One ``POST /run`` (``body``: ``json=`` a row, or ``data=`` its JSON bytes with their content type)."""
+    response = await http_client.request(
+        "POST", f"{url}/run", server_name=agent, url_path="/run", config=transport, retry=False, **body
+    )
+    return response.status, await response.read()
 
 
 async def judge_rollout(answer: Awaitable[tuple[int, bytes]]) -> dict[str, Any] | RolloutFailure:

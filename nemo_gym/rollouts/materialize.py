@@ -24,7 +24,7 @@ import orjson
 from nemo_gym.config.datasets import AGENT_REF_KEY
 from nemo_gym.datasets.validation import create_params_problem
 from nemo_gym.errors import ConfigError
-from nemo_gym.jsonl import JsonlWriter, iter_jsonl
+from nemo_gym.jsonl import iter_jsonl
 from nemo_gym.row_fields import ATTEMPT_INDEX_KEY as ATTEMPT_INDEX_KEY  # re-exported for the collector
 from nemo_gym.row_fields import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
 
@@ -101,28 +101,20 @@ def _agent_of(row: dict[str, Any], options: MaterializeOptions) -> str | None:
     return None
 
 
-def _validate_rows(options: MaterializeOptions) -> None:
-    """Read every row once and report all problems before anything is written or run."""
-    problems: list[tuple[int, str]] = []
-    stopped = False
-    for number, row in iter_jsonl(options.input_path, options.limit):
-        problem = create_params_problem(row.get("responses_create_params"), options.responses_create_params)
-        if problem is not None:
-            problems.append((number, problem))
-        agent = _agent_of(row, options)
-        if agent is None:
-            known = (
-                f" (agents in the config: {', '.join(sorted(options.known_agents))})" if options.known_agents else ""
-            )
-            problems.append((number, f"no agent_ref in the row; pass --agent NAME (or +agent_name=NAME){known}"))
-        elif options.known_agents is not None and agent not in options.known_agents:
-            known = ", ".join(sorted(options.known_agents)) or "none"
-            problems.append((number, f"agent {agent!r} is not defined in the config (agents: {known})"))
-        if len(problems) >= MAX_REPORTED_PROBLEMS:
-            stopped = True
-            break
-    if problems:
-        raise ConfigError(_problem_report(options.input_path, problems, stopped))
+def _row_problems(number: int, row: dict[str, Any], options: MaterializeOptions) -> list[tuple[int, str]]:
+    """What is wrong with one input row, as ``(line, problem)`` pairs (none for a row that can run)."""
+    problems = []
+    problem = create_params_problem(row.get("responses_create_params"), options.responses_create_params)
+    if problem is not None:
+        problems.append((number, problem))
+    agent = _agent_of(row, options)
+    if agent is None:
+        known = f" (agents in the config: {', '.join(sorted(options.known_agents))})" if options.known_agents else ""
+        problems.append((number, f"no agent_ref in the row; pass --agent NAME (or +agent_name=NAME){known}"))
+    elif options.known_agents is not None and agent not in options.known_agents:
+        known = ", ".join(sorted(options.known_agents)) or "none"
+        problems.append((number, f"agent {agent!r} is not defined in the config (agents: {known})"))
+    return problems
 
 
 def _problem_report(path: Path, problems: list[tuple[int, str]], stopped: bool) -> str:
@@ -142,12 +134,16 @@ def _problem_report(path: Path, problems: list[tuple[int, str]], stopped: bool) 
     return f"{len(problems)} problem(s) in {path}: " + " | ".join(parts)
 
 
-def iter_materialized(options: MaterializeOptions) -> Iterator[dict[str, Any]]:
-    task_ids: dict[bytes, int] = {}
-    next_rollout: dict[int, int] = {}
-    for _, row in iter_jsonl(options.input_path, options.limit):
-        agent = _agent_of(row, options)
-        assert agent is not None, "rows without an agent are rejected by _validate_rows first"
+class _Rollouts:
+    """Turns input rows, in order, into their rollout rows: task identity and rollout numbering across the file."""
+
+    def __init__(self, options: MaterializeOptions) -> None:
+        self.options = options
+        self.task_ids: dict[bytes, int] = {}
+        self.next_rollout: dict[int, int] = {}
+
+    def of(self, row: dict[str, Any], agent: str) -> Iterator[dict[str, Any]]:
+        options = self.options
         row = dict(row)
         row[AGENT_REF_KEY] = {"type": "responses_api_agents", "name": agent}
         row["responses_create_params"] = row["responses_create_params"] | options.responses_create_params
@@ -155,16 +151,26 @@ def iter_materialized(options: MaterializeOptions) -> Iterator[dict[str, Any]]:
             task = int(row[TASK_INDEX_KEY])
         else:
             identity = hashlib.blake2b(orjson.dumps(row, option=orjson.OPT_SORT_KEYS), digest_size=16).digest()
-            task = task_ids.setdefault(identity, len(task_ids))
+            task = self.task_ids.setdefault(identity, len(self.task_ids))
         for _ in range(_repeats_for(options, agent)):
-            rollout = next_rollout.get(task, 0)
-            next_rollout[task] = rollout + 1
-            copy = orjson.loads(orjson.dumps(row))
-            copy[TASK_INDEX_KEY] = task
-            copy[ROLLOUT_INDEX_KEY] = rollout
+            rollout = self.next_rollout.get(task, 0)
+            self.next_rollout[task] = rollout + 1
+            # Rollouts of a row share its nested values (nothing below changes them): a shallow copy each, except
+            # the create params that _add_seed edits.
+            copy = row | {TASK_INDEX_KEY: task, ROLLOUT_INDEX_KEY: rollout}
             if options.num_repeats_add_seed:
+                copy["responses_create_params"] = dict(row["responses_create_params"])
                 _add_seed(copy, rollout)
             yield copy
+
+
+def iter_materialized(options: MaterializeOptions) -> Iterator[dict[str, Any]]:
+    """The rollout rows of a checked input, in order."""
+    rollouts = _Rollouts(options)
+    for _, row in iter_jsonl(options.input_path, options.limit):
+        agent = _agent_of(row, options)
+        assert agent is not None, "rows without an agent are rejected before rows are materialized"
+        yield from rollouts.of(row, agent)
 
 
 def _add_seed(row: dict[str, Any], seed: int) -> None:
@@ -178,27 +184,48 @@ def _add_seed(row: dict[str, Any], seed: int) -> None:
 
 
 def materialize(options: MaterializeOptions) -> Materialized:
-    """Validate the input, then write the materialized rows; returns counts and a fingerprint."""
+    """Check every input row, then write the materialized rows; returns counts and a fingerprint.
+
+    One pass over the input: rows are checked and written to a temporary file together, and the file takes its place
+    only when every row passed (a problem is reported with all the others, and the temporary file removed).
+    """
     _check(options)
-    _validate_rows(options)
     path = materialized_inputs_path(options.output_path)
     digest = hashlib.blake2b(digest_size=16)
     per_agent: dict[str, int] = {}
     tasks: set[int] = set()
     count = 0
+    problems: list[tuple[int, str]] = []
+    stopped = False
+    rollouts = _Rollouts(options)
     temporary = path.with_name(f".{path.name}.tmp")
-    with JsonlWriter(temporary, append=False) as writer:
-        for row in iter_materialized(options):
-            writer.write(row)
-            digest.update(orjson.dumps(row, option=orjson.OPT_SORT_KEYS))
-            agent = row[AGENT_REF_KEY]["name"]
-            per_agent[agent] = per_agent.get(agent, 0) + 1
-            tasks.add(row[TASK_INDEX_KEY])
-            count += 1
-    fingerprint = digest.hexdigest()
-    if options.resume_fingerprint is not None and options.resume_fingerprint != fingerprint:
-        temporary.unlink(missing_ok=True)  # the resumed run's own materialized inputs stay as they were
-        raise resume_refused(options.output_path)
+    temporary.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with temporary.open("wb") as out:  # buffered: the file is whole once it is renamed, not before
+            for number, row in iter_jsonl(options.input_path, options.limit):
+                found = _row_problems(number, row, options)
+                if found or problems:
+                    problems.extend(found)
+                    if len(problems) >= MAX_REPORTED_PROBLEMS:
+                        stopped = True
+                        break
+                    continue
+                agent = _agent_of(row, options)
+                assert agent is not None, "a row without an agent is a problem above"
+                for rollout in rollouts.of(row, agent):
+                    out.write(orjson.dumps(rollout, option=orjson.OPT_APPEND_NEWLINE | orjson.OPT_SERIALIZE_NUMPY))
+                    digest.update(orjson.dumps(rollout, option=orjson.OPT_SORT_KEYS))
+                    per_agent[agent] = per_agent.get(agent, 0) + 1
+                    tasks.add(rollout[TASK_INDEX_KEY])
+                    count += 1
+        if problems:
+            raise ConfigError(_problem_report(options.input_path, problems, stopped))
+        fingerprint = digest.hexdigest()
+        if options.resume_fingerprint is not None and options.resume_fingerprint != fingerprint:
+            raise resume_refused(options.output_path)  # the resumed run's own materialized inputs stay as they were
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
     temporary.replace(path)
     return Materialized(path, count, len(tasks), per_agent, fingerprint)
 

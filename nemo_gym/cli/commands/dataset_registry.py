@@ -18,7 +18,6 @@ from nemo_gym.cli.command import Command, Invocation
 from nemo_gym.cli.flags import Flag, quote
 from nemo_gym.cli.output import console
 from nemo_gym.config.tree import plain_dict
-from nemo_gym.datasets.storage.hub_upload import describe_versions
 from nemo_gym.errors import ConfigError
 from nemo_gym.global_config import parse_global_config_dict
 
@@ -254,6 +253,8 @@ def rm(invocation: Invocation) -> int:
         raise DatasetNotFoundError(
             f"dataset {settings.dataset_name!r} has no version {version} (has: {', '.join(versions)})"
         )
+    from nemo_gym.datasets.storage.hub_upload import describe_versions
+
     name = settings.dataset_name
     what = f"version {version} of dataset {name!r}" if version else f"dataset {name!r} ({describe_versions(versions)})"
     _confirm(f"Delete {what} from the {storage} registry?", bool(invocation.get("yes")))

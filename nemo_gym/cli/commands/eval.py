@@ -61,7 +61,7 @@ def run(invocation: Invocation) -> int:
     from nemo_gym.rollouts.claim import claim_output
     from nemo_gym.rollouts.config import RolloutCollectionConfig
     from nemo_gym.rollouts.fd_limit import check_open_file_limit
-    from nemo_gym.rollouts.run import RunResult, prepare_inputs, run_collection
+    from nemo_gym.rollouts.run import RunResult, prepare_inputs, run_collection, tune_garbage_collector
 
     stderr = err_console
     if invocation.get("no_serve"):
@@ -73,7 +73,9 @@ def run(invocation: Invocation) -> int:
         def collect() -> RunResult:
             with claim_output(settings):  # held until the metrics are written: one writer per output
                 running = _head_server_config(composed)
-                return run_collection(settings, running, materialized=prepare_inputs(settings, running))
+                materialized = prepare_inputs(settings, running)
+                tune_garbage_collector()
+                return run_collection(settings, running, materialized=materialized)
 
         return _run_reporting(collect, settings, stderr)
 
@@ -174,7 +176,7 @@ REVERIFY_FLAGS = (
 
 def _head_server_config(composed: ComposedConfig) -> ComposedConfig:
     """The config of running servers, asked from the head server the composed config points at."""
-    from nemo_gym.server_utils import fetch_config_from_head_server
+    from nemo_gym.config.head_fetch import fetch_config_from_head_server
 
     head = composed.config.head_server
     return ComposedConfig.of(fetch_config_from_head_server(BaseServerConfig(host=head.host, port=head.port)))
