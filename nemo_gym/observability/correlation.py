@@ -111,14 +111,14 @@ class RolloutContextMiddleware:
     """
 
     def __init__(self, app: Any) -> None:
-        self._inner = app
+        self.app = app
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         rollout_id, rest = None, ""
         if scope.get("type") == "http":
             rollout_id, _, rest = split_rollout_path(scope.get("path", ""))
         if rollout_id is None:
-            await self._inner(scope, receive, send)
+            await self.app(scope, receive, send)
         else:
             with rollout_context(rollout_id):
-                await self._inner({**scope, "path": rest, "raw_path": rest.encode()}, receive, send)
+                await self.app({**scope, "path": rest, "raw_path": rest.encode()}, receive, send)

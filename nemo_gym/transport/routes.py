@@ -28,15 +28,19 @@ from fastapi.datastructures import DefaultPlaceholder
 from fastapi.routing import APIRoute
 from fastapi.utils import is_body_allowed_for_status_code
 from pydantic import BaseModel, ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.middleware.exceptions import ExceptionMiddleware
+from starlette.routing import Match, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 try:  # internals of the FastAPI this was written against; without them every route takes the general path
     from fastapi.routing import _effective_route_context_var, _extract_endpoint_context, serialize_response
+    from starlette._exception_handler import _lookup_exception_handler, wrap_app_handling_exceptions
     from starlette.middleware.body_limit import MAX_BODY_SIZE_SCOPE_KEY
 except ImportError:  # pragma: no cover - older FastAPI / Starlette
     serialize_response = None  # type: ignore[assignment]
 
-__all__ = ["BodyRoute", "ServerApp"]
+__all__ = ["BodyRoute", "ExactRouteDispatch", "ServerApp"]
 
 _Handler = Callable[[Request], Coroutine[Any, Any, Response]]
 _Fast = Callable[[Request], Coroutine[Any, Any, Response | None]]
@@ -52,9 +56,10 @@ class BodyRoute(APIRoute):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._fast: tuple[_Fast, _Handler] | None = None
+        self._fast_app: ASGIApp | None = None
         super().__init__(*args, **kwargs)
         if self._fast is not None and getattr(self, "max_body_size", None) is None:
-            self.app = _route_app(*self._fast)
+            self.app = self._fast_app = _route_app(*self._fast)
 
     def get_route_handler(self) -> _Handler:
         general = super().get_route_handler()
@@ -78,7 +83,11 @@ class ServerApp(FastAPI):
     (``telemetry=``), and ``AppBodyLimitMiddleware`` without a ``max_body_size`` only hands a request on (our
     ``AccessMiddleware`` bounds bodies). Each was a coroutine frame on the way in and out of every request, as is
     ``Starlette.__call__`` under ``FastAPI.__call__``: with telemetry off, a request goes straight to the stack.
+    A request for a fixed path of a ``BodyRoute`` skips the router (:class:`ExactRouteDispatch`) unless
+    ``exact_dispatch`` is set false before the first request.
     """
+
+    exact_dispatch: bool = True
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -98,14 +107,27 @@ class ServerApp(FastAPI):
     def build_middleware_stack(self) -> Any:
         stack = super().build_middleware_stack()
         node: Any = stack
-        while (child := getattr(node, "app", None)) is not None:
+        while (found := _inner_app(node)) is not None:
+            attribute, child = found
             if (self._telemetry_off and type(child).__name__ == "ExceptionTelemetryMiddleware") or (
                 type(child).__name__ == "AppBodyLimitMiddleware" and getattr(self, "max_body_size", 0) is None
             ):
-                node.app = child.app  # unlink it: its inner app is the next layer as it stands
+                setattr(node, attribute, child.app)  # unlink it: its inner app is the next layer as it stands
+            elif type(child) is ExceptionMiddleware and serialize_response is not None and self.exact_dispatch:
+                setattr(node, attribute, ExactRouteDispatch(child, self.router))
+                break
             else:
                 node = child
         return stack
+
+
+def _inner_app(layer: Any) -> tuple[str, Any] | None:
+    """The attribute of a middleware that holds the next layer, and that layer (``app``, or ``_app`` in ours)."""
+    for attribute in ("app", "_app"):
+        child = getattr(layer, attribute, None)
+        if child is not None and callable(child):
+            return attribute, child
+    return None
 
 
 class _Plan:
@@ -290,3 +312,127 @@ def _declares_json(headers: list[tuple[bytes, bytes]]) -> bool:
         if name == b"content-type":
             return value == _JSON or value.lower() == _JSON
     return False
+
+
+class ExactRouteDispatch:
+    """Sits where FastAPI's ``ExceptionMiddleware`` sits and serves a request for a fixed path of a ``BodyRoute``
+    directly: one dict lookup on ``(method, path)`` instead of the router's walk over every route with a regex each,
+    and none of the layers between (the exception wrapper and its send wrapper, the exit-stack middleware, the
+    router, the route's ``handle``). Everything else goes down the usual stack (``app``) unchanged.
+
+    A ``(method, path)`` is in the table only when the router would pick that same route for it: the first route
+    that fully matches it, with only plain routes (fixed regex and methods) before it. An exception is handled as
+    ``ExceptionMiddleware`` handles it, with its own handlers; FastAPI's general path still gets the exit stacks it
+    uses. The table is built again whenever the router's routes change.
+    """
+
+    def __init__(self, app: ExceptionMiddleware, router: Any) -> None:
+        self.app = app
+        self._router = router
+        self._handlers = (app._exception_handlers, app._status_handlers)
+        self._table: dict[tuple[str, str], tuple[APIRoute, _Fast, _Handler]] = {}
+        self._seen: tuple[int, int] | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and not scope.get("root_path") and "fastapi.telemetry" not in scope:
+            router = self._router
+            if self._seen != (len(router.routes), getattr(router, "_routes_version", 0)):
+                self._build()
+            hit = self._table.get((scope["method"], scope["path"]))
+            if hit is not None:
+                await self._serve(hit, scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+    def _build(self) -> None:
+        router = self._router
+        routes = list(router.routes)
+        table: dict[tuple[str, str], tuple[APIRoute, _Fast, _Handler]] = {}
+        if not getattr(router, "form_limits", None):
+            for route in routes:
+                fast = getattr(route, "_fast", None)
+                if (
+                    fast is None
+                    or route.app is not getattr(route, "_fast_app", None)
+                    or type(route).handle is not APIRoute.handle
+                    or not route.methods
+                ):
+                    continue
+                for method in route.methods:
+                    if _first_full_match(routes, method, route.path) is route:
+                        table[(method, route.path)] = (route, *fast)
+        self._table = table
+        self._seen = (len(routes), getattr(router, "_routes_version", 0))
+
+    async def _serve(self, hit: tuple[APIRoute, _Fast, _Handler], scope: Scope, receive: Receive, send: Send) -> None:
+        route, fast, general = hit
+        # What ExceptionMiddleware and the router leave in the scope on the way to this route.
+        scope["starlette.exception_handlers"] = self._handlers
+        if "router" not in scope:
+            scope["router"] = self._router
+        scope["endpoint"] = route.endpoint
+        scope["path_params"] = dict(scope.get("path_params", {}))
+        scope["route"] = route
+        request = Request(scope, receive, send)
+        try:
+            response = await fast(request)
+        except Exception as error:
+            await self._handle(error, scope, receive, send, started=False)
+            return
+        if response is None:
+            await wrap_app_handling_exceptions(_general_app(general, request), Request(scope, receive, send))(
+                scope, receive, send
+            )
+        elif type(response).__call__ is Response.__call__:  # its first step sends the start of the answer
+            try:
+                await response(scope, receive, send)
+            except Exception as error:
+                await self._handle(error, scope, receive, send, started=True)
+        else:  # a streamed or file response: exceptions as the wrapper sees them
+            await wrap_app_handling_exceptions(response, Request(scope, receive, send))(scope, receive, send)
+
+    async def _handle(self, error: Exception, scope: Scope, receive: Receive, send: Send, started: bool) -> None:
+        """What starlette's exception wrapper does with an exception raised under it."""
+        exception_handlers, status_handlers = self._handlers
+        handler = status_handlers.get(error.status_code) if isinstance(error, StarletteHTTPException) else None
+        if handler is None:
+            handler = _lookup_exception_handler(exception_handlers, error)
+        if handler is None:
+            raise error
+        if started:
+            raise RuntimeError("Caught handled exception, but response already started.") from error
+        await wrap_app_handling_exceptions(_raiser(error), Request(scope, receive, send))(scope, receive, send)
+
+
+def _raiser(error: Exception) -> ASGIApp:
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        raise error
+
+    return app
+
+
+def _general_app(general: _Handler, request: Request) -> ASGIApp:
+    """FastAPI's general path for a request the fast path left, with the exit stacks it expects in the scope."""
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        async with AsyncExitStack() as middleware_stack:
+            scope["fastapi_middleware_astack"] = middleware_stack
+            async with AsyncExitStack() as request_stack:
+                scope["fastapi_inner_astack"] = request_stack
+                async with AsyncExitStack() as function_stack:
+                    scope["fastapi_function_astack"] = function_stack
+                    response = await general(request)
+                await response(scope, receive, send)
+
+    return app
+
+
+def _first_full_match(routes: list[Any], method: str, path: str) -> Any:
+    """The route the router picks for ``method path`` when only plain routes come first (else None: not sure)."""
+    scope = {"type": "http", "method": method, "path": path, "root_path": ""}
+    for route in routes:
+        if type(route).matches not in (Route.matches, APIRoute.matches):
+            return None
+        if route.matches(scope)[0] is Match.FULL:
+            return route
+    return None
