@@ -30,6 +30,7 @@ from fastapi.utils import is_body_allowed_for_status_code
 from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.exceptions import ExceptionMiddleware
+from starlette.requests import ClientDisconnect
 from starlette.routing import Match, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -219,7 +220,7 @@ def _fast_handler(route: APIRoute, plan: _Plan) -> _Fast:
             if not _declares_json(scope["headers"]):
                 return None
             try:
-                raw = await request.body()
+                raw = await _read_body(request)
             except HTTPException:
                 raise
             except Exception as error:  # as FastAPI's general path answers a body it could not read
@@ -264,6 +265,29 @@ def _fast_handler(route: APIRoute, plan: _Plan) -> _Fast:
         return response
 
     return handler
+
+
+async def _read_body(request: Request) -> bytes:
+    """``await request.body()`` without the async generator it reads through: the same bytes, the same
+    ``ClientDisconnect``, the same state left on the request."""
+    if hasattr(request, "_body") or request._stream_consumed:
+        return await request.body()
+    receive = request._receive
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.request":
+            chunk = message.get("body", b"")
+            if chunk:
+                chunks.append(chunk)
+            if not message.get("more_body", False):
+                request._stream_consumed = True
+                break
+        elif message["type"] == "http.disconnect":
+            request._is_disconnected = True
+            raise ClientDisconnect()
+    body = request._body = b"".join(chunks)
+    return body
 
 
 def _parses_json_differently(schema: Any) -> bool:

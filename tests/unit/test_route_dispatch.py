@@ -233,3 +233,57 @@ def _find_dispatch(layer: Any) -> ExactRouteDispatch:
     while not isinstance(layer, ExactRouteDispatch):
         layer = getattr(layer, "app", None) or layer._app
     return layer
+
+
+@pytest.mark.parametrize(
+    "messages",
+    [
+        [b'{"name": ', b'"a", "count": 2}'],
+        [b'{"name": "a", ', b"", b'"count": 2}'],
+        [b'{"name": ', None],  # the client hung up halfway
+        [None],
+    ],
+)
+def test_a_body_in_pieces_or_cut_short_reads_as_fastapi_reads_it(messages: list[bytes | None]) -> None:
+    from fastapi.routing import APIRoute
+
+    from nemo_gym.transport.routes import BodyRoute
+    from tests.unit.test_body_route import _app as body_app
+
+    async def call(app: Any) -> list[Any]:
+        pending = [
+            {"type": "http.disconnect"}
+            if chunk is None
+            else {"type": "http.request", "body": chunk, "more_body": i < len(messages) - 1}
+            for i, chunk in enumerate(messages)
+        ]
+
+        async def receive() -> dict[str, Any]:
+            return pending.pop(0) if pending else {"type": "http.disconnect"}
+
+        sent: list[Any] = []
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        scope = {
+            "type": "http",
+            "method": "POST",
+            "path": "/plain",
+            "raw_path": b"/plain",
+            "root_path": "",
+            "query_string": b"",
+            "headers": [(b"content-type", b"application/json")],
+        }
+        try:
+            await app(scope, receive, send)
+        except Exception as error:
+            sent.append(("raised", type(error).__name__))
+        return sent
+
+    async def both() -> tuple[list[Any], list[Any]]:
+        return await call(body_app(BodyRoute)), await call(body_app(APIRoute))
+
+    fast, general = asyncio.run(asyncio.wait_for(both(), 30))
+    assert fast == general
+    assert fast[0]["status"] == (200 if messages[-1] is not None else 400)  # 400: FastAPI on a body cut short
