@@ -358,38 +358,16 @@ class ExactRouteDispatch:
         self._seen: tuple[int, int] | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        hit = None
         if scope["type"] == "http" and not scope.get("root_path") and "fastapi.telemetry" not in scope:
             router = self._router
             if self._seen != (len(router.routes), getattr(router, "_routes_version", 0)):
                 self._build()
             hit = self._table.get((scope["method"], scope["path"]))
-            if hit is not None:
-                await self._serve(hit, scope, receive, send)
-                return
-        await self.app(scope, receive, send)
-
-    def _build(self) -> None:
-        router = self._router
-        routes = list(router.routes)
-        table: dict[tuple[str, str], tuple[APIRoute, _Fast, _Handler]] = {}
-        if not getattr(router, "form_limits", None):
-            for route in routes:
-                fast = getattr(route, "_fast", None)
-                if (
-                    fast is None
-                    or route.app is not getattr(route, "_fast_app", None)
-                    or type(route).handle is not APIRoute.handle
-                    or not route.methods
-                ):
-                    continue
-                for method in route.methods:
-                    if _first_full_match(routes, method, route.path) is route:
-                        table[(method, route.path)] = (route, *fast)
-        self._table = table
-        self._seen = (len(routes), getattr(router, "_routes_version", 0))
-
-    async def _serve(self, hit: tuple[APIRoute, _Fast, _Handler], scope: Scope, receive: Receive, send: Send) -> None:
-        route, fast, general = hit
+        if hit is None:
+            await self.app(scope, receive, send)
+            return
+        route, fast, general = hit  # (one frame less for every resumption of a long request: not a method)
         # What ExceptionMiddleware and the router leave in the scope on the way to this route.
         scope["starlette.exception_handlers"] = self._handlers
         if "router" not in scope:
@@ -414,6 +392,26 @@ class ExactRouteDispatch:
                 await self._handle(error, scope, receive, send, started=True)
         else:  # a streamed or file response: exceptions as the wrapper sees them
             await wrap_app_handling_exceptions(response, Request(scope, receive, send))(scope, receive, send)
+
+    def _build(self) -> None:
+        router = self._router
+        routes = list(router.routes)
+        table: dict[tuple[str, str], tuple[APIRoute, _Fast, _Handler]] = {}
+        if not getattr(router, "form_limits", None):
+            for route in routes:
+                fast = getattr(route, "_fast", None)
+                if (
+                    fast is None
+                    or route.app is not getattr(route, "_fast_app", None)
+                    or type(route).handle is not APIRoute.handle
+                    or not route.methods
+                ):
+                    continue
+                for method in route.methods:
+                    if _first_full_match(routes, method, route.path) is route:
+                        table[(method, route.path)] = (route, *fast)
+        self._table = table
+        self._seen = (len(routes), getattr(router, "_routes_version", 0))
 
     async def _handle(self, error: Exception, scope: Scope, receive: Receive, send: Send, started: bool) -> None:
         """What starlette's exception wrapper does with an exception raised under it."""
