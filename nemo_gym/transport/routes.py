@@ -13,7 +13,10 @@ always did: a body that is empty, not ``application/json``, or not valid for the
 own, with FastAPI's locations and messages), and any route of another shape (query or path parameters,
 dependencies, forms, streams, background tasks, an older FastAPI without the internals used here).
 
-:class:`ServerApp` is the app these routes live in: FastAPI's, less the layers that do nothing for our servers.
+:class:`ServerApp` is the app these routes live in: FastAPI's, less the layers that do nothing for our servers, and
+with :class:`ExactRouteDispatch` where FastAPI's exception layer sits: a request for a fixed path of a ``BodyRoute``
+goes straight to it from a ``(method, path)`` table, with the same exception handling; routing over every route
+(with a regex each) and four layers of frames were a fifth of a small request's CPU.
 """
 
 from __future__ import annotations
