@@ -34,7 +34,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.exceptions import ExceptionMiddleware
 from starlette.requests import ClientDisconnect
-from starlette.routing import Match, Route
+from starlette.routing import Match, Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 try:  # internals of the FastAPI this was written against; without them every route takes the general path
@@ -358,13 +358,15 @@ class ExactRouteDispatch:
         self._router = router
         self._handlers = (app._exception_handlers, app._status_handlers)
         self._table: dict[tuple[str, str], tuple[APIRoute, _Fast, _Handler]] = {}
-        self._seen: tuple[int, int] | None = None
+        self._routes: list[Any] | None = None  # the routes the table was built from
+        self._version = 0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         hit = None
         if scope["type"] == "http" and not scope.get("root_path") and "fastapi.telemetry" not in scope:
             router = self._router
-            if self._seen != (len(router.routes), getattr(router, "_routes_version", 0)):
+            # The same route objects in the same order (an identity check per route) and no route added below.
+            if router.routes != self._routes or getattr(router, "_routes_version", 0) != self._version:
                 self._build()
             hit = self._table.get((scope["method"], scope["path"]))
         if hit is None:
@@ -414,7 +416,8 @@ class ExactRouteDispatch:
                     if _first_full_match(routes, method, route.path) is route:
                         table[(method, route.path)] = (route, *fast)
         self._table = table
-        self._seen = (len(routes), getattr(router, "_routes_version", 0))
+        self._routes = routes
+        self._version = getattr(router, "_routes_version", 0)
 
     async def _handle(self, error: Exception, scope: Scope, receive: Receive, send: Send, started: bool) -> None:
         """What starlette's exception wrapper does with an exception raised under it."""
@@ -452,11 +455,15 @@ def _general_app(general: _Handler, request: Request) -> ASGIApp:
     return app
 
 
+_STATIC_MATCHES = (Route.matches, APIRoute.matches, Mount.matches)
+"""Ways of matching that depend on the method and path alone (a ``Host`` route, say, reads a header)."""
+
+
 def _first_full_match(routes: list[Any], method: str, path: str) -> Any:
     """The route the router picks for ``method path`` when only plain routes come first (else None: not sure)."""
     scope = {"type": "http", "method": method, "path": path, "root_path": ""}
     for route in routes:
-        if type(route).matches not in (Route.matches, APIRoute.matches):
+        if type(route).matches not in _STATIC_MATCHES:
             return None
         if route.matches(scope)[0] is Match.FULL:
             return route

@@ -287,3 +287,39 @@ def test_a_body_in_pieces_or_cut_short_reads_as_fastapi_reads_it(messages: list[
     fast, general = asyncio.run(asyncio.wait_for(both(), 30))
     assert fast == general
     assert fast[0]["status"] == (200 if messages[-1] is not None else 400)  # 400: FastAPI on a body cut short
+
+
+def test_a_route_replaced_in_place_is_served_and_a_mount_in_front_is_respected() -> None:
+    from starlette.routing import Mount
+
+    app = _app(True)
+
+    async def run() -> tuple[list[Any], list[Any], list[Any]]:
+        await _call(app, "GET", "/")
+        routes = app.router.routes
+        index = next(i for i, route in enumerate(routes) if getattr(route, "path", None) == "/item")
+
+        @app.post("/replacement")
+        async def replacement(body: Item) -> dict[str, str]:
+            return {"replaced": body.name}
+
+        replacement_route = routes.pop()
+        replacement_route.path = "/item"  # as a server that swaps its own route in: same length, same list
+        replacement_route.path_regex = routes[index].path_regex
+        routes[index] = replacement_route
+        swapped = await _call(app, "POST", "/item", b'{"name": "a"}', JSON)
+        routes.insert(0, Mount("/plain_text", app=_plain_app))  # only below /plain_text/: the route keeps its path
+        kept = await _call(app, "POST", "/plain_text", b'{"name": "b"}', JSON)
+        routes.insert(0, Mount("", app=_plain_app))  # every path: the router gives everything to it
+        return swapped, kept, await _call(app, "POST", "/plain_text", b'{"name": "b"}', JSON)
+
+    swapped, kept, mounted = asyncio.run(asyncio.wait_for(run(), 30))
+    assert swapped[1]["body"] == b'{"replaced":"a"}'
+    assert kept[1]["body"] == b"b"
+    assert mounted[1]["body"] == b"mounted"
+    assert _find_dispatch(app.middleware_stack)._table == {}
+
+
+async def _plain_app(scope: Any, receive: Any, send: Any) -> None:
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b"mounted"})
