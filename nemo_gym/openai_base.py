@@ -71,6 +71,8 @@ def _drop_unknown_null_fields(model: type[BaseModel], data: Any) -> Any:
     if not isinstance(data, dict) or None not in data.values():  # the common case, decided in C
         return data
     fields = model.__pydantic_fields__
+    if fields.keys() >= data.keys():  # every key declared (a dump of a model, say): nothing to drop, decided in C
+        return data
     if any(value is None and key not in fields for key, value in data.items()):
         return {key: value for key, value in data.items() if value is not None or key in fields}
     return data

@@ -270,10 +270,32 @@ class NeMoGymResponseReasoningItemForTraining(TokenIDLogProbMixin, NeMoGymRespon
     """Reasoning closing a generation (reasoning-only turn), with the tokens behind it."""
 
 
+@functools.cache
+def _never_carries_tokens(cls: type[BaseModel]) -> bool:
+    """Whether no instance of ``cls`` can hold a token field: none declared or reachable as an attribute, and no extra
+    keys kept. Then :func:`has_token_id_information` is False for each of them without reading the three fields."""
+    fields = cls.model_fields
+    return cls.model_config.get("extra") != "allow" and not any(
+        key in fields or hasattr(cls, key) for key in TOKEN_ID_FIELDS
+    )
+
+
 def _item_tag(value: Any) -> str:
     """Routing key shared by the input and output unions (see the module docstring)."""
-    item_type = get_field(value, "type")
-    training = has_token_id_information(value)
+    if isinstance(value, dict):  # what get_field and has_token_id_information read, inlined: once per item
+        get = value.get
+        item_type = get("type")
+        training = (
+            get("prompt_token_ids") is not None
+            or get("generation_token_ids") is not None
+            or get("generation_log_probs") is not None
+        )
+    elif isinstance(value, BaseModel) and _never_carries_tokens(type(value)):  # serializing one of our items
+        item_type = get_field(value, "type")
+        training = False
+    else:
+        item_type = get_field(value, "type")
+        training = has_token_id_information(value)
     if item_type is None or item_type == "message":
         return "message_for_training" if training else "message"
     if item_type in ("function_call", "reasoning"):
