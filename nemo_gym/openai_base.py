@@ -96,6 +96,8 @@ class NeMoGymStrictModel(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def drop_unknown_null_fields(cls, data: Any) -> Any:
+        if type(data) is dict and None not in data.values():  # the common case, without a second call
+            return data
         return _drop_unknown_null_fields(cls, data)
 
 
@@ -170,6 +172,8 @@ class NeMoGymLenientModel(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def drop_unknown_null_fields(cls, data: Any) -> Any:
+        if type(data) is dict and None not in data.values():  # the common case, without a second call
+            return data
         return _drop_unknown_null_fields(cls, data)
 
 
