@@ -271,13 +271,10 @@ class NeMoGymResponseReasoningItemForTraining(TokenIDLogProbMixin, NeMoGymRespon
 
 
 @functools.cache
-def _never_carries_tokens(cls: type[BaseModel]) -> bool:
-    """Whether no instance of ``cls`` can hold a token field: none declared or reachable as an attribute, and no extra
-    keys kept. Then :func:`has_token_id_information` is False for each of them without reading the three fields."""
-    fields = cls.model_fields
-    return cls.model_config.get("extra") != "allow" and not any(
-        key in fields or hasattr(cls, key) for key in TOKEN_ID_FIELDS
-    )
+def _token_fields_in_dict(cls: type[BaseModel]) -> bool:
+    """Whether no token field of ``cls`` is a class attribute (a property, say): then :func:`get_field` reads each
+    from the instance's ``__dict__`` or its extra keys alone, and so can :func:`_item_tag`."""
+    return not any(hasattr(cls, key) for key in TOKEN_ID_FIELDS)
 
 
 def _item_tag(value: Any) -> str:
@@ -290,9 +287,15 @@ def _item_tag(value: Any) -> str:
             or get("generation_token_ids") is not None
             or get("generation_log_probs") is not None
         )
-    elif isinstance(value, BaseModel) and _never_carries_tokens(type(value)):  # serializing one of our items
-        item_type = get_field(value, "type")
-        training = False
+    elif isinstance(value, BaseModel) and not value.__pydantic_extra__ and _token_fields_in_dict(type(value)):
+        fields = value.__dict__  # serializing one of our items: what get_field would read, read directly
+        get = fields.get
+        item_type = fields["type"] if "type" in fields else get_field(value, "type")
+        training = (
+            get("prompt_token_ids") is not None
+            or get("generation_token_ids") is not None
+            or get("generation_log_probs") is not None
+        )
     else:
         item_type = get_field(value, "type")
         training = has_token_id_information(value)

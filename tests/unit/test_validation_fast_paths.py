@@ -112,10 +112,13 @@ def test_item_tag_of_a_model_that_keeps_extra_keys_reads_them() -> None:
             return [1]
 
     loose = Loose.model_validate({"prompt_token_ids": [1]})
-    for value in (loose, Loose(), WithProperty()):
+    sneaked = openai_responses.NeMoGymResponseFunctionToolCall(name="f", arguments="{}", call_id="c")
+    object.__setattr__(sneaked, "generation_token_ids", [1])  # a key in __dict__ that is no field
+    for value in (loose, Loose(), WithProperty(), sneaked):
         assert openai_responses._item_tag(value) == general_tag(value)
     assert openai_responses._item_tag(loose) == "function_call_for_training"
     assert openai_responses._item_tag(WithProperty()) == "reasoning_for_training"
+    assert openai_responses._item_tag(sneaked) == "function_call_for_training"
 
 
 @pytest.mark.parametrize(
