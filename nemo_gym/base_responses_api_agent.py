@@ -137,14 +137,21 @@ class SimpleResponsesAPIAgent(_MetricsHooks, SimpleServer):
     async def verify_rollout(
         self, resources: str, row: dict[str, Any], final: dict[str, Any], cookies: dict[str, str]
     ) -> Response:
-        """``/verify`` of ``final`` for ``row`` (or the configured reward when ``skip_verification`` is set)."""
+        """``/verify`` of ``final`` for ``row`` (or the configured reward when ``skip_verification`` is set).
+
+        The verifier's answer goes on as the bytes it sent, once they parse as JSON (a body that does not fails here,
+        as it always did): the agent never reads inside it, so parsing it into objects and dumping them again would
+        only make the same JSON value anew.
+        """
         config = self.config
         if getattr(config, "skip_verification", False):
             reward = getattr(config, "skip_verification_reward", 0.0)
             return _json_response(row | {"response": final, "reward": reward, "verification_skipped": True})
         verified = await self.server_client.post(resources, "/verify", json=row | {"response": final}, cookies=cookies)
         _http.raise_for_status(verified, resources, "/verify")
-        return _json_response(await _http.response_json(verified))
+        raw = await verified.read()
+        orjson.loads(raw)
+        return Response(content=raw, media_type="application/json")
 
     async def resources_server_metrics(self, resources: str, body: AggregateMetricsRequest) -> AggregateMetrics:
         """Metric logic lives with the environment: ``/aggregate_metrics`` of ``resources``.

@@ -71,6 +71,8 @@ def _drop_unknown_null_fields(model: type[BaseModel], data: Any) -> Any:
     if not isinstance(data, dict) or None not in data.values():  # the common case, decided in C
         return data
     fields = model.__pydantic_fields__
+    if fields.keys() >= data.keys():  # every key declared (a dump of a model, say): nothing to drop, decided in C
+        return data
     if any(value is None and key not in fields for key, value in data.items()):
         return {key: value for key, value in data.items() if value is not None or key in fields}
     return data
@@ -94,6 +96,8 @@ class NeMoGymStrictModel(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def drop_unknown_null_fields(cls, data: Any) -> Any:
+        if type(data) is dict and None not in data.values():  # the common case, without a second call
+            return data
         return _drop_unknown_null_fields(cls, data)
 
 
@@ -168,6 +172,8 @@ class NeMoGymLenientModel(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def drop_unknown_null_fields(cls, data: Any) -> Any:
+        if type(data) is dict and None not in data.values():  # the common case, without a second call
+            return data
         return _drop_unknown_null_fields(cls, data)
 
 

@@ -270,10 +270,35 @@ class NeMoGymResponseReasoningItemForTraining(TokenIDLogProbMixin, NeMoGymRespon
     """Reasoning closing a generation (reasoning-only turn), with the tokens behind it."""
 
 
+@functools.cache
+def _token_fields_in_dict(cls: type[BaseModel]) -> bool:
+    """Whether no token field of ``cls`` is a class attribute (a property, say): then :func:`get_field` reads each
+    from the instance's ``__dict__`` or its extra keys alone, and so can :func:`_item_tag`."""
+    return not any(hasattr(cls, key) for key in TOKEN_ID_FIELDS)
+
+
 def _item_tag(value: Any) -> str:
     """Routing key shared by the input and output unions (see the module docstring)."""
-    item_type = get_field(value, "type")
-    training = has_token_id_information(value)
+    if isinstance(value, dict):  # what get_field and has_token_id_information read, inlined: once per item
+        get = value.get
+        item_type = get("type")
+        training = (
+            get("prompt_token_ids") is not None
+            or get("generation_token_ids") is not None
+            or get("generation_log_probs") is not None
+        )
+    elif isinstance(value, BaseModel) and not value.__pydantic_extra__ and _token_fields_in_dict(type(value)):
+        fields = value.__dict__  # serializing one of our items: what get_field would read, read directly
+        get = fields.get
+        item_type = fields["type"] if "type" in fields else get_field(value, "type")
+        training = (
+            get("prompt_token_ids") is not None
+            or get("generation_token_ids") is not None
+            or get("generation_log_probs") is not None
+        )
+    else:
+        item_type = get_field(value, "type")
+        training = has_token_id_information(value)
     if item_type is None or item_type == "message":
         return "message_for_training" if training else "message"
     if item_type in ("function_call", "reasoning"):

@@ -426,7 +426,7 @@ async def request(
     cfg = config if config is not None else get_default_config()
     body = dumps(json) if json is not None else data
     lean = lean_client.split(url, method)
-    origin = origin_of(url if lean is None else lean[0])
+    origin = origin_of(url) if lean is None else lean_client.origin_of_server(lean[0])
     # A server of this run gets the run's token; any other destination never does (see transport/access.py).
     request_headers = access.headers_for(origin, _build_headers(headers, cookies, json is not None, nested))
     max_attempts = 1 if retry is False else cfg.max_attempts
@@ -436,7 +436,7 @@ async def request(
     deadline = loop.time() + cfg.total_timeout_s
     timeout = _client_timeout(cfg.total_timeout_s, cfg.connect_timeout_s)
     pool = None
-    if lean is not None and (access.registered_token(lean[0]) is not None or lean_client.is_marked(origin)):
+    if lean is not None and (lean_client.is_marked(origin) or access.registered_token(lean[0]) is not None):
         pool = lean_client.pool_for(loop, lean[0], lean[1], get_default_config())  # one of the run's own servers
 
     attempt = 0

@@ -27,6 +27,7 @@ run); everything else (outside APIs, TLS, proxies, redirects) stays on aiohttp.
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 import socket
 import zlib
@@ -43,7 +44,16 @@ from yarl import URL
 from nemo_gym.transport.admission import origin_of
 from nemo_gym.transport.types import TransportConfig
 
-__all__ = ["LeanResponse", "close_pools", "fast_cookies", "is_marked", "mark_own_server", "pool_for", "split"]
+__all__ = [
+    "LeanResponse",
+    "close_pools",
+    "fast_cookies",
+    "is_marked",
+    "mark_own_server",
+    "origin_of_server",
+    "pool_for",
+    "split",
+]
 
 _REDIRECTS: Final = frozenset({301, 302, 303, 307, 308})
 _BODY_METHODS: Final = frozenset({"POST", "PUT", "PATCH"})
@@ -72,9 +82,15 @@ _MORSEL_KEYS: Final = frozenset(
 _own_origins: set[str] = set()
 
 
+@functools.lru_cache(maxsize=256)
+def origin_of_server(base_url: str) -> str:
+    """:func:`origin_of` a server's ``http://host:port``: a handful per run, each parsed once, not once per call."""
+    return origin_of(base_url)
+
+
 def mark_own_server(base_url: str) -> None:
     """Record ``base_url`` (``http://host:port``) as a server of this run: calls to it may take the lean path."""
-    _own_origins.add(origin_of(base_url))
+    _own_origins.add(origin_of_server(base_url))
 
 
 def is_marked(origin: str) -> bool:
