@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import orjson
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -25,6 +26,7 @@ from nemo_gym.transport import http_client
 logger = logging.getLogger(__name__)
 
 HEAVY_FIELDS = ("response", "responses_create_params")
+_JSON_BODY = {"Content-Type": "application/json"}
 
 
 def aggregate_metrics_path(output_path: Path) -> Path:
@@ -40,20 +42,72 @@ def strip_row(row: dict[str, Any]) -> dict[str, Any]:
     return stripped
 
 
+class EncodedRows:
+    """One agent's stripped rows for ``/aggregate_metrics``, each kept as its JSON bytes, in (task, rollout) order.
+
+    The collector holds every scored row of a run at its end: parsed, a stripped row took ~1.4 KB (65,536 rollouts:
+    ~90 MB, and as much again for the request body made from them); its bytes take ~0.4 KB, and the body is those
+    bytes joined, the exact bytes ``json={"verify_responses": rows}`` sends. Rows are parsed again only where the
+    metrics are computed here (:meth:`decoded`).
+    """
+
+    __slots__ = ("_rows",)
+
+    def __init__(self) -> None:
+        self._rows: list[tuple[tuple[Any, Any], bytes]] = []
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def append(self, row: dict[str, Any]) -> None:
+        self._rows.append((_order(row), http_client.dumps(row)))
+
+    def sort(self) -> None:
+        self._rows.sort(key=_first)
+
+    def decoded(self) -> list[dict[str, Any]]:
+        return [orjson.loads(raw) for _, raw in self._rows]
+
+    def request_body(self) -> bytes:
+        return b'{"verify_responses":[' + b",".join(raw for _, raw in self._rows) + b"]}"
+
+
+def _order(row: dict[str, Any]) -> tuple[Any, Any]:
+    return row.get("_ng_task_index", 0), row.get("_ng_rollout_index", 0)
+
+
+def _first(item: tuple[tuple[Any, Any], bytes]) -> tuple[Any, Any]:
+    return item[0]
+
+
+def encoded_rows_by_agent(paths: Iterable[Path]) -> dict[str, EncodedRows]:
+    """:func:`rows_by_agent` with each agent's rows as :class:`EncodedRows`, for :func:`compute_metrics`."""
+    grouped: dict[str, EncodedRows] = {}
+    for path in paths:
+        for _, row in iter_jsonl(path):
+            grouped.setdefault(_group_name(row), EncodedRows()).append(strip_row(row))
+    for rows in grouped.values():
+        rows.sort()
+    return grouped
+
+
 def rows_by_agent(paths: Iterable[Path]) -> dict[str, list[dict[str, Any]]]:
     grouped: dict[str, list[dict[str, Any]]] = {}
     for path in paths:
         for _, row in iter_jsonl(path):
-            ref = row.get(AGENT_REF_KEY) or {}
-            name = ref.get("name", "unknown") if isinstance(ref, dict) else str(ref)
-            grouped.setdefault(name, []).append(strip_row(row))
+            grouped.setdefault(_group_name(row), []).append(strip_row(row))
     for rows in grouped.values():
-        rows.sort(key=lambda r: (r.get("_ng_task_index", 0), r.get("_ng_rollout_index", 0)))
+        rows.sort(key=_order)
     return grouped
 
 
+def _group_name(row: dict[str, Any]) -> Any:
+    ref = row.get(AGENT_REF_KEY) or {}
+    return ref.get("name", "unknown") if isinstance(ref, dict) else str(ref)
+
+
 async def compute_metrics(
-    grouped: dict[str, list[dict[str, Any]]], agent_urls: dict[str, str] | None = None
+    grouped: Mapping[str, list[dict[str, Any]] | EncodedRows], agent_urls: dict[str, str] | None = None
 ) -> list[dict[str, Any]]:
     """One entry per agent: ``{agent_ref, agent_metrics, key_metrics, group_level_metrics}``."""
     results = []
@@ -61,17 +115,23 @@ async def compute_metrics(
         url = (agent_urls or {}).get(agent)
         metrics = await _metrics_from_server(agent, url, rows) if url else None
         if metrics is None:
-            metrics = aggregate_verify_responses(rows)
+            metrics = aggregate_verify_responses(rows.decoded() if isinstance(rows, EncodedRows) else rows)
         results.append({AGENT_REF_KEY: {"type": "responses_api_agents", "name": agent}, **metrics.model_dump()})
     return results
 
 
-async def _metrics_from_server(agent: str, url: str, rows: list[dict[str, Any]]) -> AggregateMetrics | None:
+async def _metrics_from_server(
+    agent: str, url: str, rows: list[dict[str, Any]] | EncodedRows
+) -> AggregateMetrics | None:
     """The environment's own metrics; None (with a warning) if its server cannot answer, so a finished run still
     gets the default metrics rather than none."""
     try:
+        if isinstance(rows, EncodedRows):
+            body = rows.request_body()
+        else:
+            body = http_client.dumps({"verify_responses": rows})
         answer = await http_client.request(
-            "POST", f"{url}/aggregate_metrics", json={"verify_responses": rows}, server_name=agent,
+            "POST", f"{url}/aggregate_metrics", data=body, headers=_JSON_BODY, server_name=agent,
             url_path="/aggregate_metrics",
         )  # fmt: skip
         http_client.raise_for_status(answer, agent, "/aggregate_metrics")

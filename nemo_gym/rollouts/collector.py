@@ -207,7 +207,7 @@ class RolloutCollector:
                 continue
             if state.attempts[key]:
                 row[ATTEMPT_INDEX_KEY] = state.attempts[key]
-                body = orjson.dumps(row)
+                body = http_client.dumps(row)  # exact-size bytes: a rollout holds its body while in flight
             else:  # the line is the row as /run gets it (materialize wrote it with orjson, as the transport would)
                 body = line.rstrip(b"\n")
             yield _Pending(body, {k: row[k] for k in _ROW_KEYS if k in row}, row if keep_row else None)

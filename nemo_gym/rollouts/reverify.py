@@ -39,7 +39,7 @@ from nemo_gym.rollouts.aggregate import (
     agent_name_of,
     aggregate_metrics_path,
     compute_metrics,
-    rows_by_agent,
+    encoded_rows_by_agent,
     write_metrics,
 )
 from nemo_gym.rollouts.collector import FAILURE_CLASS_KEY, FAILURE_MESSAGE_KEY, failures_path
@@ -404,7 +404,7 @@ def reverify_rollouts(
                 # The resources server holds the environment's metric code (an agent's /aggregate_metrics only
                 # forwards to it), and agents are not started for reverification.
                 metric_urls = {agent: urls[server] for agent, server in routes.items() if server in urls}
-                summary.metrics = await compute_metrics(rows_by_agent([summary.output_path]), metric_urls)
+                summary.metrics = await compute_metrics(encoded_rows_by_agent([summary.output_path]), metric_urls)
                 summary.metrics_path = aggregate_metrics_path(summary.output_path)
                 write_metrics(summary.metrics_path, summary.metrics)
             return summary

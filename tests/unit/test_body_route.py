@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import json
 from enum import Enum
 from typing import Any
 
@@ -14,6 +15,7 @@ from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 from pydantic import BaseModel, ConfigDict, Field
 
+from nemo_gym.transport import routes
 from nemo_gym.transport.routes import BodyRoute, ServerApp, _plan
 
 
@@ -242,3 +244,33 @@ def test_a_good_body_never_reaches_fastapis_dependency_solver(monkeypatch: pytes
         assert answer.cookies["seen"] == "no"
         assert client.post("/nothing").json() == {"status": "ok"}
         assert client.post("/no_body", content=b"[1,2]").content == b"]2,1["
+
+
+@pytest.mark.parametrize("path", ["/plain", "/with_request", "/strict", "/price"])
+@pytest.mark.parametrize(("case", "body", "content_type"), BODIES, ids=[case for case, _, _ in BODIES])
+def test_the_large_body_parse_answers_as_fastapi(
+    clients: Any, monkeypatch: pytest.MonkeyPatch, path: str, case: str, body: bytes, content_type: str | None
+) -> None:
+    """Every body, good and bad, parsed as a large one is (``from_json`` then ``model_validate``)."""
+    monkeypatch.setattr(routes, "LARGE_BODY_BYTES", 0)
+    headers = {"content-type": content_type, "cookie": "seen=yes"} if content_type else {"cookie": "seen=yes"}
+    general, fast = (client.post(path, content=body, headers=headers) for client in clients)
+    assert (fast.status_code, fast.content) == (general.status_code, general.content), case
+
+
+class Rows(BaseModel):
+    rows: list[dict[str, Any]]
+    label: str = ""
+
+
+def test_a_large_body_gives_the_same_model_either_way() -> None:
+    row = {"reward": 1.0, "_ng_task_index": 3, "agent_ref": {"name": "agent"}, "big": 2**70, "text": "é\u2028"}
+    raw = json.dumps({"rows": [row | {"i": i} for i in range(5000)], "label": "x"}, separators=(",", ":")).encode()
+    assert len(raw) >= routes.LARGE_BODY_BYTES
+    parsed = routes._validate_body(Rows, raw)
+    assert parsed == Rows.model_validate_json(raw) == Rows.model_validate(json.loads(raw))
+    assert parsed.rows[4999] == row | {"i": 4999}
+    with pytest.raises(ValueError):
+        routes._validate_body(Rows, raw[:-1])
+    with pytest.raises(ValueError):
+        routes._validate_body(Rows, raw.replace(b'"label":"x"', b'"label":7'))

@@ -1,0 +1,58 @@
+"""The collector's rows for ``/aggregate_metrics`` held as bytes (rollouts/aggregate.py: EncodedRows) give the same
+request body, order and rows as the parsed rows did."""
+
+from __future__ import annotations
+
+import json
+import tracemalloc
+from pathlib import Path
+
+import orjson
+
+from nemo_gym.rollouts.aggregate import encoded_rows_by_agent, rows_by_agent
+from nemo_gym.transport import http_client
+
+
+def _write(path: Path) -> Path:
+    rows = []
+    for i in range(40):
+        agent = "b" if i % 3 else "a"
+        rows.append(
+            {
+                "_ng_task_index": (i * 7) % 5,
+                "_ng_rollout_index": (i * 11) % 4,
+                "agent_ref": {"type": "responses_api_agents", "name": agent},
+                "reward": float(i % 2),
+                "extracted_answer": f"ans é {i}",
+                "responses_create_params": {"input": [{"role": "user", "content": "q"}]},
+                "response": {"output": [], "usage": {"input_tokens": i, "output_tokens": 1, "total_tokens": i + 1}},
+            }
+        )
+    rows.append({"reward": 1.0, "agent_ref": "plain"})  # no indices, a bare agent name
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def test_encoded_rows_are_the_parsed_rows_and_their_exact_request_body(tmp_path: Path) -> None:
+    path = _write(tmp_path / "out.jsonl")
+    parsed, encoded = rows_by_agent([path]), encoded_rows_by_agent([path])
+    assert list(encoded) == list(parsed)
+    for agent, rows in parsed.items():
+        assert len(encoded[agent]) == len(rows)
+        assert encoded[agent].decoded() == rows
+        assert encoded[agent].request_body() == http_client.dumps({"verify_responses": rows})
+        assert orjson.loads(encoded[agent].request_body()) == {"verify_responses": rows}
+
+
+def test_a_kept_row_costs_about_its_length() -> None:
+    """orjson's own bytes keep a worst-case buffer (>= 4 KB); what the transport hands on is an exact-size copy."""
+    row = {"reward": 1.0, "text": "x" * 300}
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        kept = [http_client.dumps(row) for _ in range(200)]
+        per_row = (tracemalloc.get_traced_memory()[0] - before) / len(kept)
+    finally:
+        tracemalloc.stop()
+    assert kept[0] == orjson.dumps(row)
+    assert per_row < 2 * len(kept[0])
