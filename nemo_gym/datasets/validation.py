@@ -16,7 +16,7 @@ import orjson
 from pydantic import ValidationError
 
 from nemo_gym.errors import ConfigPathNotFoundError
-from nemo_gym.openai_utils import NeMoGymResponseCreateParamsNonStreaming
+from nemo_gym.openai_responses import NeMoGymResponseCreateParamsNonStreaming
 
 CREATE_PARAMS_KEY = "responses_create_params"
 

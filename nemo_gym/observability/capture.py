@@ -33,6 +33,9 @@ logger = logging.getLogger(__name__)
 
 CAPTURE_KEY = "ng_model_call_capture"
 OBSERVATIONS_KEY = "ng_agent_observations"
+TRAJECTORY_KEY = "ng_trajectory"
+"""Where a rollout's merged trajectory goes (``observability/trajectory.py`` writes it); named here with the other keys
+so that a collector can test for them without importing the trajectory models."""
 PAYLOAD_FIELDS = ("request", "response", "request_raw", "response_raw")
 OBSERVED_PATHS = {"/v1/responses": "responses", "/v1/chat/completions": "chat", "/v1/messages": "messages"}
 

@@ -18,6 +18,7 @@ from nemo_gym.observability.capture import (
     CAPTURE_KEY,
     OBSERVATIONS_KEY,
     PAYLOAD_FIELDS,
+    TRAJECTORY_KEY,
     CaptureStore,
     ModelCallRecord,
     aggregate_model_call_records,
@@ -40,7 +41,6 @@ from nemo_gym.row_fields import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
 
 logger = logging.getLogger(__name__)
 
-TRAJECTORY_KEY = "ng_trajectory"
 _TASK_ID_FIELDS = ("task_id", "problem_id", "instance_id")
 _METADATA_FIELDS = tuple(TrajectoryResponseMetadata.model_fields)
 

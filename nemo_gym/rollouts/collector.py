@@ -38,13 +38,7 @@ from tqdm import tqdm
 
 from nemo_gym.config.datasets import AGENT_REF_KEY
 from nemo_gym.jsonl import JsonlWriter, drop_repeated_rows, iter_jsonl, iter_jsonl_lines, repair_tail, write_json_atomic
-from nemo_gym.observability.capture import CAPTURE_KEY, OBSERVATIONS_KEY
-from nemo_gym.observability.trajectory import (
-    TRAJECTORY_KEY,
-    attach_trajectory_record,
-    clear_model_call_captures,
-    merge_model_call_capture_into_record,
-)
+from nemo_gym.observability.capture import CAPTURE_KEY, OBSERVATIONS_KEY, TRAJECTORY_KEY
 from nemo_gym.rollouts.aggregate import aggregate_metrics_path
 from nemo_gym.rollouts.breaker import Breakers, Server
 from nemo_gym.rollouts.config import DEFAULT_CONCURRENCY, DEFAULT_SERVER_DOWN_DEADLINE_S
@@ -281,6 +275,8 @@ class RolloutCollector:
     ) -> dict[str, Any] | RolloutFailure:
         """One ``/run`` of the row on ``target``: the agent, or the replica of it the router picked."""
         if self.options.capture_dirs:
+            from nemo_gym.observability.trajectory import clear_model_call_captures  # the models: only with capture
+
             clear_model_call_captures([pending.row()], self.options.capture_dirs)
         if self._send is not None:
             return await judge_rollout(self._send(agent, pending.row()))
@@ -379,6 +375,8 @@ def add_observations(row: dict[str, Any], result: dict[str, Any], capture_dirs: 
 
     Without capture and without observations from the agent this is two dictionary lookups.
     """
+    from nemo_gym.observability.trajectory import attach_trajectory_record, merge_model_call_capture_into_record
+
     if capture_dirs:
         merge_model_call_capture_into_record(result, capture_dirs)
     if _has_observations(result):
