@@ -30,12 +30,12 @@ from fastapi import FastAPI, HTTPException, Request, Response, params
 from fastapi.datastructures import DefaultPlaceholder
 from fastapi.routing import APIRoute
 from fastapi.utils import is_body_allowed_for_status_code
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
+from pydantic_core import from_json
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.exceptions import ExceptionMiddleware
 from starlette.requests import ClientDisconnect
 from starlette.routing import Match, Mount, Route
-from pydantic_core import from_json
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 try:  # internals of the FastAPI this was written against; without them every route takes the general path
