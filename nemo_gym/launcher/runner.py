@@ -23,13 +23,10 @@ import contextlib
 import functools
 import os
 import platform
-import signal
-import subprocess
 import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Collection, Iterator, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -43,7 +40,7 @@ from nemo_gym.config.roots import candidate_paths, child_env, search_roots
 from nemo_gym.config.secrets import mask_text, secret_values
 from nemo_gym.config.server_models import ServerInstanceConfig, maybe_get_server_instance_config
 from nemo_gym.config.tree import plain_dict
-from nemo_gym.errors import ConfigError, LaunchError
+from nemo_gym.errors import ConfigError
 from nemo_gym.global_config import (
     NEMO_GYM_CONFIG_DICT_ENV_VAR_NAME,
     NEMO_GYM_CONFIG_FILE_ENV_VAR_NAME,
@@ -53,8 +50,9 @@ from nemo_gym.global_config import (
 from nemo_gym.launcher.head_server import HeadServer, bind_head_socket, build_head_app
 from nemo_gym.launcher.processes import LogSink, exit_code, read_lines_into, spawn, stop_process_groups
 from nemo_gym.launcher.reaper import CONFIG_FILE, Reaper, remove_run_files, sweep_dead_runs, write_owner
+from nemo_gym.launcher.server_process import ServerLaunchError, ServerProcess, describe_exit, tail_text
 from nemo_gym.launcher.signals import second_signal_forces, sigterm_as_interrupt
-from nemo_gym.launcher.venvs import BuildContext, VenvSpec, build_venv, shared_venv_enabled, venv_spec
+from nemo_gym.launcher.venvs import BuildContext, build_venv, shared_venv_enabled, venv_spec
 from nemo_gym.transport import access, http_client
 from nemo_gym.transport.http_client import TransportConfig, TransportError
 
@@ -62,74 +60,12 @@ DEFAULT_STARTUP_TIMEOUT_S = 900.0
 """Venv builds and model loads are slow; this bounds the whole launch, builds included."""
 SHUTDOWN_GRACE_S = 10.0
 """Time a server gets after SIGTERM to finish in-flight requests before it is killed."""
-LOG_TAIL_LINES = 20
 _PROBE_CONFIG = TransportConfig(connect_timeout_s=2.0, total_timeout_s=3.0, max_attempts=1)
 _PROGRESS_EVERY_S = 30.0
 
 __all__ = ["Launcher", "ServerLaunchError", "ServerProcess", "new_launcher", "running_servers"]
 
 T = TypeVar("T")
-
-
-class ServerLaunchError(LaunchError):
-    """A server could not be built, started, or kept running; the message names it and quotes its log."""
-
-
-@dataclass
-class ServerProcess:
-    """One server instance of a launch: where it lives, how it runs, and its process once started."""
-
-    name: str
-    server_type: str
-    implementation: str
-    host: str
-    port: int
-    impl_dir: Path
-    root: Path
-    entrypoint: Path
-    sink: LogSink
-    python: str | None = None
-    venv: VenvSpec | None = None
-    popen: subprocess.Popen | None = None
-    reader: threading.Thread | None = None
-    started_at: str | None = None
-    ready: bool = False
-    instance: str = ""
-    """The config instance this server runs (set for a replica, ``<instance>@<i>``, placed by Ray); "" for itself."""
-    node: str | None = None
-    """The Ray node it runs on (``launcher/ray_placement.py``); None on this machine."""
-    remote_pid: int | None = None
-    log_path: Path | None = None
-    """Where its output goes when another process writes it (its node); None: :attr:`sink`'s file."""
-
-    @property
-    def url(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
-
-    @property
-    def label(self) -> str:
-        return f"{self.server_type}/{self.implementation}"
-
-    def as_dict(self) -> dict[str, Any]:
-        """The entry served by the head server's ``/server_instances``."""
-        return {
-            "name": self.name,
-            "server_type": self.server_type,
-            "implementation": self.implementation,
-            "host": self.host,
-            "port": self.port,
-            "url": self.url,
-            "pid": self.popen.pid if self.popen else self.remote_pid,
-            "log_path": str(self.log_path or self.sink.path),
-            "started_at": self.started_at,
-            "ready": self.ready,
-            "dir_path": str(self.impl_dir),
-            "entrypoint": str(self.entrypoint),
-            "python": self.python,
-            "instance": self.instance or self.name,
-            "node": self.node,
-        }
 
 
 class Launcher:
@@ -277,7 +213,7 @@ class Launcher:
                 server.reader.join(timeout=2)  # let its last words reach the log before quoting it
             when = "during startup" if during_startup else "unexpectedly"
             raise ServerLaunchError(
-                f"server {server.name!r} ({server.label}) {_describe_exit(code)} {when}. {_tail_text(server.sink)}"
+                f"server {server.name!r} ({server.label}) {describe_exit(code)} {when}. {tail_text(server.sink)}"
             )
 
     def stop(self) -> None:
@@ -297,7 +233,7 @@ class Launcher:
             if server.reader is not None:
                 server.reader.join(timeout=2)
             if server.popen is not None:
-                server.sink.note(f"stopped ({_describe_exit(server.popen.returncode)})", echo=False)
+                server.sink.note(f"stopped ({describe_exit(server.popen.returncode)})", echo=False)
             server.sink.close()
         if self.head is not None:
             self.head.stop()
@@ -433,7 +369,7 @@ class Launcher:
                     names = ", ".join(repr(m.name) for m in members)
                     raise ServerLaunchError(
                         f"server {names}: building its venv ({members[0].label}) failed: {error}. "
-                        f"{_tail_text(members[0].sink)}"
+                        f"{tail_text(members[0].sink)}"
                     ) from error
                 for member in members:
                     member.python = str(future.result())
@@ -442,7 +378,7 @@ class Launcher:
                 raise ServerLaunchError(
                     f"server {members[0].name!r} did not become ready in {self.startup_timeout_s:g} s: its venv "
                     f"({members[0].label}) was still being built. Raise +server_startup_timeout_seconds=<s>. "
-                    f"{_tail_text(members[0].sink)}"
+                    f"{tail_text(members[0].sink)}"
                 )
 
     def _spawn_all(self) -> None:
@@ -514,7 +450,7 @@ class Launcher:
                     raise ServerLaunchError(
                         f"server {late.name!r} ({late.label}) did not become ready in {self.startup_timeout_s:g} s "
                         f"(no HTTP 200 on GET {late.url}/). Raise +server_startup_timeout_seconds=<s> if it is just "
-                        f"slow. {_tail_text(late.sink)}"
+                        f"slow. {tail_text(late.sink)}"
                     )
                 if self.echo and now >= next_progress:
                     names = ", ".join(s.name for s in self.servers if not s.ready)
@@ -612,23 +548,6 @@ async def _answers_ok(server: ServerProcess) -> bool:
     except TransportError:
         return False
     return response.status == 200
-
-
-def _describe_exit(code: int | None) -> str:
-    if code is None:
-        return "is still running"
-    if code < 0:
-        with contextlib.suppress(ValueError):
-            return f"was killed by {signal.Signals(-code).name}"
-        return f"was killed by signal {-code}"
-    return f"exited with code {code}"
-
-
-def _tail_text(sink: LogSink) -> str:
-    lines = sink.tail(LOG_TAIL_LINES)
-    if not lines:
-        return f"Its log {sink.path} is empty."
-    return f"Last {len(lines)} lines of {sink.path}:\n" + "\n".join(f"  | {line}" for line in lines)
 
 
 def _run_async(make: Callable[[], Awaitable[T]]) -> T:
