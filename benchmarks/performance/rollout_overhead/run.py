@@ -33,13 +33,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import orjson
 
 REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO))
 
-from collect_point import CollectRun, collect_command, run_collect, write_rows  # noqa: E402
+from collect_point import CollectRun, collect_command, count_scored, run_collect, write_rows  # noqa: E402
 from point_results import PointResult, print_collect_table, print_table, summarize  # noqa: E402
 from stack_probe import (  # noqa: E402
     MemorySampler,
@@ -107,6 +106,8 @@ class RawClient:
     name = "raw"
 
     def __init__(self, concurrency: int, timeout_s: float) -> None:
+        import aiohttp  # here: this process also stands for the launcher, which loads no HTTP client library
+
         self._headers = {"Content-Type": "application/json"}
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)  # connecting counts too: a swamped server accepts late
         # Idle connections are dropped before the servers' 30 s keep-alive would close them under a request.
@@ -148,8 +149,7 @@ async def drive(
     latencies: list[float] = []
     failures: Counter[str] = Counter()
     state = {"next": 0, "done": 0, "ok": 0, "stop_issuing": False}
-    # --client collect warms the stack up through the framework's transport, as its collect command calls /run.
-    client = CLIENTS.get(args.client, FrameworkClient)(concurrency, args.request_timeout)
+    client = CLIENTS[args.client](concurrency, args.request_timeout)
     max_point_s = args.max_point_seconds
     clock = time.perf_counter
 
@@ -229,6 +229,23 @@ async def run_collect_point(
     if collect.ok + collect.failed < total:
         failures["missing"] += total - collect.ok - collect.failed
     return collect, failures
+
+
+async def collect_warmup(target: Target, total: int) -> tuple[int, float]:
+    """Warm the stack up with a small collect command of its own: this process then loads no HTTP client, as the
+    launcher it stands for (``gym env start``) does not; its memory column stays the launcher's."""
+    inputs = write_rows(target.rows, total, target.workdir / "warmup-in.jsonl")
+    output = target.workdir / "warmup-out.jsonl"
+    command = collect_command(AGENT, inputs, output, 32, target.head, target.workdir)
+    started = time.perf_counter()
+    env = os.environ | {"NEMO_GYM_ENV_YAML": ""}
+    proc = await asyncio.create_subprocess_exec(
+        *command, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE, env=env
+    )
+    _, err = await proc.communicate()
+    if proc.returncode:
+        print(f"warm-up collect command exited {proc.returncode}:\n{err.decode(errors='replace')[-2000:]}", flush=True)
+    return count_scored(output)[0] if output.exists() else 0, time.perf_counter() - started
 
 
 async def run_point(
@@ -440,8 +457,12 @@ def run_sweep(
         gc.collect()
         gc.freeze()
         if args.warmup:
-            warm = await drive(target.url, target.rows, 32, args.warmup, args)
-            print(f"warm-up: {warm[2]}/{args.warmup} ok in {warm[4]:.1f} s", flush=True)
+            if args.client == COLLECT:
+                ok, wall = await collect_warmup(target, args.warmup)
+            else:
+                warm = await drive(target.url, target.rows, 32, args.warmup, args)
+                ok, wall = warm[2], warm[4]
+            print(f"warm-up: {ok}/{args.warmup} ok in {wall:.1f} s", flush=True)
         results = []
         for round_number, concurrency in ((n, c) for n in range(1, args.rounds + 1) for c in levels):
             total = args.rollouts_per_point or max(5000, 3 * concurrency)
