@@ -184,14 +184,7 @@ def _new_session(config: TransportConfig) -> aiohttp.ClientSession:
 
 def _keepalive_socket_factory(config: TransportConfig) -> Callable[[tuple[Any, ...]], socket.socket]:
     """Build sockets with TCP keep-alive probes, so a silently dropped peer is noticed before the deadline."""
-    options: list[tuple[int, int, int]] = [(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)]
-    for name, value in (
-        ("TCP_KEEPIDLE", config.tcp_keepalive_idle_s),
-        ("TCP_KEEPINTVL", config.tcp_keepalive_interval_s),
-        ("TCP_KEEPCNT", config.tcp_keepalive_count),
-    ):
-        if hasattr(socket, name):
-            options.append((socket.IPPROTO_TCP, getattr(socket, name), value))
+    options = lean_client.keepalive_options(config)
 
     def factory(addr_info: tuple[Any, ...]) -> socket.socket:
         family, sock_type, proto = addr_info[0], addr_info[1], addr_info[2]

@@ -529,9 +529,10 @@ class _Pool:
         self._idle.clear()
 
 
-def _configure(sock: socket.socket, config: TransportConfig) -> None:
-    """No Nagle delay (one write per request), and TCP keep-alive probes as aiohttp's sockets get them."""
-    options = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1), (socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)]
+def keepalive_options(config: TransportConfig) -> list[tuple[int, int, int]]:
+    """``setsockopt`` arguments for TCP keep-alive probes, so a silently dropped peer is noticed before the deadline
+    (the platform's names only where it has them). Both clients' sockets get them."""
+    options = [(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)]
     for name, value in (
         ("TCP_KEEPIDLE", config.tcp_keepalive_idle_s),
         ("TCP_KEEPINTVL", config.tcp_keepalive_interval_s),
@@ -539,7 +540,12 @@ def _configure(sock: socket.socket, config: TransportConfig) -> None:
     ):
         if hasattr(socket, name):
             options.append((socket.IPPROTO_TCP, getattr(socket, name), value))
-    for level, option, value in options:
+    return options
+
+
+def _configure(sock: socket.socket, config: TransportConfig) -> None:
+    """No Nagle delay (one write per request), and TCP keep-alive probes as aiohttp's sockets get them."""
+    for level, option, value in [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1), *keepalive_options(config)]:
         try:
             sock.setsockopt(level, option, value)
         except OSError:

@@ -343,14 +343,19 @@ def _route_app(fast: _Fast, general: _Handler) -> ASGIApp:
         if response is not None:
             await response(scope, receive, send)
             return
-        async with AsyncExitStack() as request_stack:
-            scope["fastapi_inner_astack"] = request_stack
-            async with AsyncExitStack() as function_stack:
-                scope["fastapi_function_astack"] = function_stack
-                response = await general(request)
-            await response(scope, receive, send)
+        await _answer_generally(general, request, scope, receive, send)
 
     return app
+
+
+async def _answer_generally(general: _Handler, request: Request, scope: Scope, receive: Receive, send: Send) -> None:
+    """FastAPI's general path, with the request and function exit stacks it expects in the scope."""
+    async with AsyncExitStack() as request_stack:
+        scope["fastapi_inner_astack"] = request_stack
+        async with AsyncExitStack() as function_stack:
+            scope["fastapi_function_astack"] = function_stack
+            response = await general(request)
+        await response(scope, receive, send)
 
 
 def _declares_json(headers: list[tuple[bytes, bytes]]) -> bool:
@@ -465,12 +470,7 @@ def _general_app(general: _Handler, request: Request) -> ASGIApp:
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         async with AsyncExitStack() as middleware_stack:
             scope["fastapi_middleware_astack"] = middleware_stack
-            async with AsyncExitStack() as request_stack:
-                scope["fastapi_inner_astack"] = request_stack
-                async with AsyncExitStack() as function_stack:
-                    scope["fastapi_function_astack"] = function_stack
-                    response = await general(request)
-                await response(scope, receive, send)
+            await _answer_generally(general, request, scope, receive, send)
 
     return app
 
