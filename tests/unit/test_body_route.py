@@ -53,6 +53,17 @@ class Answer(BaseModel):
     total: int
 
 
+class AnswerPlus(Answer):
+    extra: str = "kept out of an Answer's dump"
+
+
+class Aliased(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+
+    value: int = Field(alias="theValue")
+    note: str | None = None
+
+
 def _app(route_class: type[APIRoute]) -> FastAPI:
     """The same routes on FastAPI's own app and routes, or on ours (``ServerApp``, telemetry off, ``BodyRoute``)."""
     app = (
@@ -77,6 +88,22 @@ def _app(route_class: type[APIRoute]) -> FastAPI:
     @app.post("/untyped")
     async def untyped(body: Item):  # type: ignore[no-untyped-def]
         return {"ratio": body.ratio, "tags": body.tags}
+
+    @app.post("/subclass")
+    async def subclass(body: Item) -> Answer:
+        return AnswerPlus(name=body.name, total=body.count)
+
+    @app.post("/aliased")
+    async def aliased(body: Item) -> Aliased:
+        return Aliased(value=body.count)
+
+    @app.post("/not_by_alias", response_model_by_alias=False)
+    async def not_by_alias(body: Item) -> Aliased:
+        return Aliased(value=body.count)
+
+    @app.post("/exclude_none", response_model_exclude_none=True)
+    async def exclude_none(body: Item) -> Aliased:
+        return Aliased(value=body.count)
 
     @app.post("/with_request")
     async def with_request(request: Request, response: Response, body: Item) -> Answer:
@@ -162,6 +189,10 @@ PATHS = [
     "/dict_answer",
     "/bad_answer",
     "/untyped",
+    "/subclass",
+    "/aliased",
+    "/not_by_alias",
+    "/exclude_none",
     "/with_request",
     "/status",
     "/raw",
@@ -219,6 +250,10 @@ def test_the_common_shapes_take_the_fast_path() -> None:
         "/dict_answer",
         "/bad_answer",
         "/untyped",
+        "/subclass",
+        "/aliased",
+        "/not_by_alias",
+        "/exclude_none",
         "/with_request",
         "/status",
         "/raw",
@@ -244,6 +279,30 @@ def test_a_good_body_never_reaches_fastapis_dependency_solver(monkeypatch: pytes
         assert answer.cookies["seen"] == "no"
         assert client.post("/nothing").json() == {"status": "ok"}
         assert client.post("/no_body", content=b"[1,2]").content == b"]2,1["
+
+
+def test_a_typed_answer_is_dumped_without_fastapis_layers_and_a_bad_one_by_fastapi(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A valid answer of a route with default dump options is validated and dumped by the response field's own
+    validator and serializer (the calls ``serialize_response`` makes); anything else still goes through it."""
+    calls: list[str] = []
+    serialize = routes.serialize_response
+
+    async def counted(**kwargs: Any) -> Any:
+        calls.append(kwargs["endpoint_ctx"]["path"])
+        return await serialize(**kwargs)
+
+    monkeypatch.setattr(routes, "serialize_response", counted)
+    with TestClient(_app(BodyRoute), raise_server_exceptions=False) as client:
+        good = {"name": "a", "count": 2}
+        for path in ("/plain", "/dict_answer", "/subclass", "/aliased", "/with_request", "/status", "/nothing"):
+            assert client.post(path, json=good).status_code < 300, path
+        assert calls == []
+        assert client.post("/bad_answer", json=good).status_code == 500
+        assert client.post("/exclude_none", json=good).json() == {"theValue": 2}
+        assert client.post("/not_by_alias", json=good).json() == {"value": 2, "note": None}
+        assert calls == ["POST /bad_answer", "POST /exclude_none", "POST /not_by_alias"]
 
 
 @pytest.mark.parametrize("path", ["/plain", "/with_request", "/strict", "/price"])
