@@ -59,6 +59,7 @@ if TYPE_CHECKING:
     from nemo_gym.transport.passthrough import request as request
 
 _HTTP_CLIENT = "nemo_gym.transport.http_client"
+_LEAN_CLIENT = "nemo_gym.transport.lean_client"
 
 logger = logging.getLogger(__name__)
 
@@ -258,8 +259,7 @@ class ServerClient(BaseModel):
             return "unknown_error"
 
     async def request(self, method: str, server_name: str, url_path: str, **kwargs: Any) -> aiohttp.ClientResponse:
-        from nemo_gym.transport import http_client, lean_client
-
+        http_client, lean_client = _client_modules()
         base_url = self.server_base_url(server_name)
         lean_client.mark_own_server(base_url)  # a server of this run: the lean client may call it
         url = base_url + url_path
@@ -272,6 +272,15 @@ class ServerClient(BaseModel):
 
     async def get(self, server_name: str, url_path: str, **kwargs: Any) -> aiohttp.ClientResponse:
         return await self.request("GET", server_name, url_path, **kwargs)
+
+
+def _client_modules() -> tuple[Any, Any]:
+    """``http_client`` and ``lean_client``, imported on first use (they load aiohttp), then read from the module table:
+    an import statement with a from-list runs importlib's ``_handle_fromlist`` in Python on every call."""
+    http_client, lean_client = sys.modules.get(_HTTP_CLIENT), sys.modules.get(_LEAN_CLIENT)
+    if http_client is None or lean_client is None:
+        from nemo_gym.transport import http_client, lean_client
+    return http_client, lean_client
 
 
 # ---------------------------------------------------------------------------------------------------------------------
