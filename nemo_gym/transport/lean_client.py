@@ -156,6 +156,20 @@ class LeanResponse(aiohttp.ClientResponse):
             raise aiohttp.ClientConnectionError("Connection closed")
         return self._body  # type: ignore[return-value]  # always set by __init__
 
+    async def text(self, encoding: str | None = None, errors: str = "strict") -> str:
+        """aiohttp's ``text()``. A body whose (first) ``Content-Type`` is exactly ``application/json``, as our servers
+        send, is decoded as UTF-8, which is what ``get_encoding()`` answers for it, without building the header
+        mapping and parsing the media type for it (the tool output an agent hands to the model, once per call)."""
+        if encoding is None and self._declared_type() == b"application/json":
+            return self._body.decode("utf-8", errors)  # type: ignore[union-attr]  # always set by __init__
+        return await super().text(encoding, errors)
+
+    def _declared_type(self) -> bytes | None:
+        for name, value in self._raw_headers:
+            if name.lower() == b"content-type":
+                return value
+        return None
+
     @property
     def _url(self) -> URL:  # type: ignore[override]  # derived on first use, never assigned
         url = self._cache.get("_url")

@@ -514,3 +514,33 @@ async def test_retryable_statuses_and_retry_after_are_honoured_on_both_paths(mon
     assert await response_json(slow) == {"hits": 2} and await response_json(fast) == {"hits": 4}
     # Retry-After: 0 plus jitter below the base backoff, on both paths.
     assert len(waits) == 2 and all(0 <= w <= FAST.backoff_base_s for w in waits)
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        ((b"content-type", b"application/json"),),
+        ((b"Content-Type", b"application/json"), (b"content-type", b"text/plain; charset=latin-1")),
+        ((b"content-type", b"text/plain; charset=latin-1"), (b"content-type", b"application/json")),
+        ((b"content-type", b"application/json; charset=latin-1"),),
+        ((b"content-type", b"Application/JSON"),),
+        ((b"content-type", b"application/json "),),
+        ((b"content-type", b"text/plain"),),
+        ((b"content-length", b"3"),),
+        (),
+    ],
+)
+@pytest.mark.parametrize("body", ['{"a": "é"}'.encode(), "é".encode("latin-1"), b"\xff\xfe"])
+@pytest.mark.parametrize(("encoding", "errors"), [(None, "strict"), (None, "replace"), ("latin-1", "strict")])
+async def test_text_decodes_as_aiohttps_text(
+    headers: tuple[tuple[bytes, bytes], ...], body: bytes, encoding: str | None, errors: str
+) -> None:
+    """``LeanResponse.text`` (a shortcut for exactly ``application/json``) gives aiohttp's answer or its error."""
+    resp = LeanResponse("POST", "http://127.0.0.1:1/t", 200, "OK", headers, body, None, (), asyncio.get_running_loop())
+    outcomes = []
+    for text in (resp.text, lambda *a: aiohttp.ClientResponse.text(resp, *a)):
+        try:
+            outcomes.append(("ok", await text(encoding, errors)))
+        except Exception as error:  # the same exception type either way
+            outcomes.append(("error", type(error).__name__))
+    assert outcomes[0] == outcomes[1]
