@@ -86,6 +86,15 @@ class BaseVerifyRequest(BaseModel):
 
 
 class BaseVerifyResponse(BaseVerifyRequest):
+    """The verify request plus its ``reward``; environments build it as ``XVerifyResponse(**body.model_dump(), ...)``.
+
+    That idiom validates the dumped request again in full (about as much CPU as parsing the request was). It is kept:
+    the result is not the request's own models. Its nested models are new objects, and every field in the dump
+    counts as set (``model_dump(exclude_unset=True)`` of the answer keeps the defaults the request left out), and
+    code written for NeMo Gym may rely on either. Reusing the request's models would change both; copying them in
+    Python costs more than pydantic-core's validation.
+    """
+
     reward: float
 
 
