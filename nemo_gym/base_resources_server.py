@@ -85,16 +85,13 @@ class BaseVerifyRequest(BaseModel):
     response: NeMoGymResponse
 
 
+# Environments build the answer as ``XVerifyResponse(**body.model_dump(), ...)``, which validates the dumped request
+# again in full (about as much CPU as parsing the request). No shortcut is taken there: the answer's nested models are
+# new objects and every dumped field counts as set (``model_dump(exclude_unset=True)`` of the answer keeps the defaults
+# the request left out), and code written for NeMo Gym may rely on either. Reusing the request's models would change
+# both; copying them in Python costs more than pydantic-core's validation. (A comment, not a docstring: a docstring
+# would become the model's description in the JSON schema.)
 class BaseVerifyResponse(BaseVerifyRequest):
-    """The verify request plus its ``reward``; environments build it as ``XVerifyResponse(**body.model_dump(), ...)``.
-
-    That idiom validates the dumped request again in full (about as much CPU as parsing the request was). It is kept:
-    the result is not the request's own models. Its nested models are new objects, and every field in the dump
-    counts as set (``model_dump(exclude_unset=True)`` of the answer keeps the defaults the request left out), and
-    code written for NeMo Gym may rely on either. Reusing the request's models would change both; copying them in
-    Python costs more than pydantic-core's validation.
-    """
-
     reward: float
 
 
