@@ -87,7 +87,8 @@ _SPECIAL_NAMES = frozenset({b"content-length", b"transfer-encoding", b"connectio
 _NAME_CACHE_LIMIT = 256
 _lower_names: dict[bytes, bytes] = {}
 """Response header names already checked, to their lowercase form; bounded, as apps send few distinct names."""
-_bad_value = HEADER_VALUE_RE.search
+_VALUE_CONTROL = bytes(b for b in range(256) if HEADER_VALUE_RE.match(bytes([b])))
+"""The bytes uvicorn refuses in a header value (``HEADER_VALUE_RE``): control characters other than tab."""
 
 _default_blocks: tuple[Any, bytes | None] = (None, None)
 """The last server default headers seen (uvicorn replaces the list every second for ``date``) and their bytes."""
@@ -100,7 +101,8 @@ def default_header_block(default_headers: list[tuple[bytes, bytes]]) -> bytes | 
     cached_for, block = _default_blocks
     if cached_for is default_headers:
         return block
-    block = _header_lines(default_headers)
+    lines = _header_lines(default_headers)
+    block = lines[0] if lines is not None else None
     _default_blocks = (default_headers, block)
     return block
 
@@ -117,15 +119,26 @@ def _checked_lower(name: bytes) -> bytes | None:
     return lower
 
 
-def _header_lines(headers: Any) -> bytes | None:
-    """``name: value`` lines for headers uvicorn would send as they are, or ``None`` for any other."""
+def _header_lines(headers: Any, length_allowed: bool = False) -> tuple[bytes, bytes | None] | None:
+    """``name: value`` lines for headers uvicorn would send as they are, and the Content-Length among them if
+    ``length_allowed``; ``None`` for any other headers (uvicorn's general path takes those)."""
     parts: list[bytes] = []
+    length: bytes | None = None
     for name, value in headers:
-        lower = _checked_lower(name)
-        if lower is None or lower in _SPECIAL_NAMES or _bad_value(value):
+        lower = _lower_names.get(name) or _checked_lower(name)
+        if lower is None:
             return None
+        if lower in _SPECIAL_NAMES:
+            if not length_allowed or lower != b"content-length" or length is not None:
+                return None
+            length = value
         parts += (lower, b": ", value, b"\r\n")
-    return b"".join(parts)
+    lines = b"".join(parts)
+    # Names were checked above; a value may not hold control characters. Each line's own CRLF is two of them: any
+    # more means a bad value (one pass in C, where a regular expression per value cost more than the rest together).
+    if len(lines) - len(lines.translate(None, _VALUE_CONTROL)) != len(parts) // 2:
+        return None
+    return lines, length
 
 
 class RequestEvent:
@@ -175,6 +188,17 @@ class FastCycle(RequestResponseCycle):
     methods, which read and write the same state.
     """
 
+    # A new request's state: uvicorn sets these per instance; as class attributes they cost nothing until changed.
+    disconnected = False
+    keep_alive = True
+    waiting_for_100_continue = False
+    body: bytes | bytearray = b""  # type: ignore[assignment]  # bytes until a second piece comes (see on_body)
+    more_body = True
+    response_started = False
+    response_complete = False
+    chunked_encoding = None
+    expected_content_length = 0
+
     def __init__(self, protocol: Any, scope: Any) -> None:  # no super().__init__: the same state, set directly
         self.scope = scope
         self.transport = protocol.transport
@@ -185,15 +209,6 @@ class FastCycle(RequestResponseCycle):
         self.default_headers = protocol.server_state.default_headers
         self.message_event = RequestEvent()  # type: ignore[assignment]
         self.on_response = protocol.on_response_complete
-        self.disconnected = False
-        self.keep_alive = True
-        self.waiting_for_100_continue = False
-        self.body = b""  # type: ignore[assignment]  # bytes until a second chunk arrives (see the protocol's on_body)
-        self.more_body = True
-        self.response_started = False
-        self.response_complete = False
-        self.chunked_encoding = None
-        self.expected_content_length = 0
 
     async def receive(self) -> Any:
         """The whole body at once when it is already there, as uvicorn would return it after an event that is set."""
@@ -203,7 +218,7 @@ class FastCycle(RequestResponseCycle):
                 self.flow.resume_reading()
             event.clear()
             body = self.body
-            self.body = b""  # type: ignore[assignment]
+            self.body = b""
             return {"type": "http.request", "body": bytes(body), "more_body": self.more_body}
         return await super().receive()
 
@@ -243,29 +258,18 @@ class FastCycle(RequestResponseCycle):
         defaults = default_header_block(self.default_headers)
         if status_line is None or defaults is None:
             return None
-        length: bytes | None = None
-        parts = [status_line, defaults]
-        for name, value in message.get("headers", ()):
-            lower = _lower_names.get(name) or _checked_lower(name)
-            if lower is None or _bad_value(value):
-                return None
-            if lower in _SPECIAL_NAMES:
-                if lower != b"content-length" or length is not None:
-                    return None
-                length = value
-            parts += (lower, b": ", value, b"\r\n")
-        if length is None:
+        lines = _header_lines(message.get("headers", ()), length_allowed=True)
+        if lines is None or lines[1] is None:
             return None
         try:
-            expected = int(length.decode())
+            expected = int(lines[1])  # what int(value.decode()) gives for ASCII digits; anything else: uvicorn's path
         except ValueError:
-            return None  # uvicorn's path raises its own error for it
-        if not self.keep_alive:
-            parts.append(b"connection: close\r\n")
-        parts.append(b"\r\n")
+            return None
         self.chunked_encoding = False
         self.expected_content_length = expected
-        return b"".join(parts)
+        if not self.keep_alive:
+            return b"".join((status_line, defaults, lines[0], b"connection: close\r\n\r\n"))
+        return b"".join((status_line, defaults, lines[0], b"\r\n"))
 
 
 def check_uvicorn_internals() -> None:

@@ -197,7 +197,7 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
         if cycle.response_complete:
             return None
         if not cycle.body:
-            cycle.body = body  # type: ignore[assignment]
+            cycle.body = body
         else:
             if not isinstance(cycle.body, bytearray):  # the first piece, kept as bytes
                 cycle.body = bytearray(cycle.body)
