@@ -3,8 +3,8 @@
 uvicorn's ``RequestResponseCycle`` is general: every response header is checked against two regular expressions and
 lowercased one by one (the ``server`` and ``date`` headers uvicorn adds included), every request gets an
 ``asyncio.Event``, and ``receive()`` goes through it even when the whole body is already there. For the requests the
-servers of a run exchange (small, complete, keep-alive HTTP/1.1 with a Content-Length) that was a third of a request's
-Python time in the server. ``FastCycle`` does the same work cheaper for that case and hands every other case
+servers of a run exchange (small keep-alive HTTP/1.1 requests, answered with a Content-Length) that was a third of a
+request's Python time in the server. ``FastCycle`` does the same work cheaper for that case and hands every other case
 (chunked or streaming responses, a response header it does not expect, access logging, a full write buffer, any
 error) to uvicorn's own code, so what goes on the wire is byte for byte what uvicorn would send
 (``tests/unit/test_server_protocol_parity.py`` compares the two).

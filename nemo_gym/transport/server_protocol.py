@@ -11,7 +11,7 @@ delayed by more than one iteration.
 A connection also drops its finished request as soon as the answer is out, so an idle keep-alive connection costs only
 the connection itself.
 
-The common request (complete, keep-alive HTTP/1.1, not HEAD, no ``Expect``, nothing pipelined ahead of it) gets a
+The common request (keep-alive HTTP/1.1, not HEAD, no ``Expect``, no upgrade, nothing pipelined ahead of it) gets a
 ``FastCycle`` (``server_cycle.py``) built from the parser's state without uvicorn's general bookkeeping; every other
 request takes uvicorn's own path. Idle keep-alive connections are closed by one sweep per server instead of a timer
 armed after every response and cancelled by the next request (``_IdleSweeper``).
