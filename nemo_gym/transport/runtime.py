@@ -77,11 +77,15 @@ def event_loop_choice(global_config: Any) -> str:
 
 
 def http_protocol() -> Any:
-    """httptools (a C parser) with each response sent in one write where installed, else uvicorn's pure-Python h11."""
+    """httptools (a C parser) with each response sent in one write and a fast path for the common request where
+    installed, else uvicorn's pure-Python h11. Raises ``LaunchError`` if uvicorn's internals that the fast path builds
+    on have changed."""
     if importlib.util.find_spec("httptools") is None:
         return "h11"
+    from nemo_gym.transport.server_cycle import check_uvicorn_internals
     from nemo_gym.transport.server_protocol import CoalescingHttpToolsProtocol
 
+    check_uvicorn_internals()
     return CoalescingHttpToolsProtocol
 
 
