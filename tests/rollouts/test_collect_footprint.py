@@ -43,9 +43,11 @@ NOT_FOR_THE_COLLECTOR = (
     "nemo_gym.datasets.storage",
     "nemo_gym.training.export",
     "nemo_gym.viewer",
+    "hydra",
 )
 """Server frameworks, the OpenAI SDK and the web-stack face, trajectory models (loaded only for a row with captured
-model calls or agent observations), and other commands' machinery."""
+model calls or agent observations), other commands' machinery, and Hydra (the probe's overrides are the common shapes
+that ``config/override_literals.py`` reads)."""
 
 
 def _free_port() -> int:
