@@ -11,7 +11,6 @@ import gc
 import os
 import pickle
 import signal
-import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -137,9 +136,7 @@ def prepare_inputs_alongside(
     if not hasattr(os, "fork") or threading.active_count() > 1:
         meanwhile()
         return prepare_inputs(settings, config)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    read_fd, write_fd = os.pipe()
+    read_fd, write_fd = os.pipe()  # the child leaves by os._exit: it never flushes the stdio buffers it inherits
     pid = os.fork()
     if pid == 0:
         _child(settings, config, read_fd, write_fd)  # never returns
