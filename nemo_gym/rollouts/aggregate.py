@@ -21,16 +21,13 @@ from rich.table import Table
 from nemo_gym.config.datasets import AGENT_REF_KEY
 from nemo_gym.jsonl import iter_jsonl, write_json_atomic
 from nemo_gym.metrics import AggregateMetrics, aggregate_verify_responses
+from nemo_gym.rollouts.outputs import aggregate_metrics_path as aggregate_metrics_path  # re-exported
 from nemo_gym.transport import http_client
 
 logger = logging.getLogger(__name__)
 
 HEAVY_FIELDS = ("response", "responses_create_params")
 _JSON_BODY = {"Content-Type": "application/json"}
-
-
-def aggregate_metrics_path(output_path: Path) -> Path:
-    return output_path.with_name(f"{output_path.stem}_aggregate_metrics.json")
 
 
 def strip_row(row: dict[str, Any]) -> dict[str, Any]:

@@ -23,9 +23,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from nemo_gym.errors import ConfigError, UserError
-from nemo_gym.rollouts.aggregate import aggregate_metrics_path
-from nemo_gym.rollouts.collector import failures_path, manifest_path
 from nemo_gym.rollouts.config import RolloutCollectionConfig
+from nemo_gym.rollouts.outputs import aggregate_metrics_path, failures_path, manifest_path
 
 logger = logging.getLogger(__name__)
 

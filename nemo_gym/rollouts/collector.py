@@ -39,7 +39,6 @@ from tqdm import tqdm
 from nemo_gym.config.datasets import AGENT_REF_KEY
 from nemo_gym.jsonl import JsonlWriter, drop_repeated_rows, iter_jsonl, iter_jsonl_lines, repair_tail, write_json_atomic
 from nemo_gym.observability.capture import CAPTURE_KEY, OBSERVATIONS_KEY, TRAJECTORY_KEY
-from nemo_gym.rollouts.aggregate import aggregate_metrics_path
 from nemo_gym.rollouts.breaker import Breakers, Server
 from nemo_gym.rollouts.config import DEFAULT_CONCURRENCY, DEFAULT_SERVER_DOWN_DEADLINE_S
 from nemo_gym.rollouts.materialize import (
@@ -50,6 +49,10 @@ from nemo_gym.rollouts.materialize import (
     resume_refused,
     rollout_key,
 )
+from nemo_gym.rollouts.outputs import aggregate_metrics_path
+from nemo_gym.rollouts.outputs import failures_path as failures_path  # re-exported: where callers have found it
+from nemo_gym.rollouts.outputs import manifest_path as manifest_path
+from nemo_gym.rollouts.outputs import recorded_fingerprint as recorded_fingerprint
 from nemo_gym.rollouts.pool import run_bounded
 from nemo_gym.rollouts.replicas import Router
 from nemo_gym.row_fields import FAILURE_CLASS_KEY, FAILURE_MESSAGE_KEY, FAILURE_TERMINAL_KEY, NO_PERSIST_KEY
@@ -62,25 +65,6 @@ DEFAULT_MAX_ATTEMPTS = 3
 RunSender = Callable[[str, dict[str, Any]], Awaitable[tuple[int, bytes]]]
 """Posts a row to the ``/run`` of the agent it names: ``(agent, row) -> (status, body)``. Transport failures raise
 :class:`~nemo_gym.transport.http_client.TransportError` (``ServerTimeoutError`` for a deadline)."""
-
-
-def failures_path(output_path: Path) -> Path:
-    return output_path.with_name(f"{output_path.stem}_failures.jsonl")
-
-
-def manifest_path(output_path: Path) -> Path:
-    return output_path.with_name(f"{output_path.stem}_run.json")
-
-
-def recorded_fingerprint(output_path: Path) -> str | None:
-    """The fingerprint of the run that ``--resume`` would continue ("" if unreadable), or None if there is none."""
-    manifest = manifest_path(output_path)
-    if not (output_path.exists() and manifest.exists()):
-        return None
-    try:
-        return str(orjson.loads(manifest.read_bytes()).get("fingerprint") or "")
-    except (orjson.JSONDecodeError, AttributeError):
-        return ""
 
 
 def default_max_attempts() -> int:

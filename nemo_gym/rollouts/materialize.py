@@ -17,16 +17,18 @@ import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from nemo_gym.config.datasets import AGENT_REF_KEY
-from nemo_gym.datasets.validation import create_params_problem
 from nemo_gym.errors import ConfigError
 from nemo_gym.jsonl import iter_jsonl
 from nemo_gym.row_fields import ATTEMPT_INDEX_KEY as ATTEMPT_INDEX_KEY  # re-exported for the collector
 from nemo_gym.row_fields import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 MAX_REPORTED_PROBLEMS = 20
 
@@ -101,10 +103,13 @@ def _agent_of(row: dict[str, Any], options: MaterializeOptions) -> str | None:
     return None
 
 
-def _row_problems(number: int, row: dict[str, Any], options: MaterializeOptions) -> list[tuple[int, str]]:
-    """What is wrong with one input row, as ``(line, problem)`` pairs (none for a row that can run)."""
+def _row_problems(
+    number: int, row: dict[str, Any], options: MaterializeOptions, params_problem: Callable[..., str | None]
+) -> list[tuple[int, str]]:
+    """What is wrong with one input row, as ``(line, problem)`` pairs (none for a row that can run);
+    ``params_problem``: :func:`~nemo_gym.datasets.validation.create_params_problem`."""
     problems = []
-    problem = create_params_problem(row.get("responses_create_params"), options.responses_create_params)
+    problem = params_problem(row.get("responses_create_params"), options.responses_create_params)
     if problem is not None:
         problems.append((number, problem))
     agent = _agent_of(row, options)
@@ -189,6 +194,9 @@ def materialize(options: MaterializeOptions) -> Materialized:
     One pass over the input: rows are checked and written to a temporary file together, and the file takes its place
     only when every row passed (a problem is reported with all the others, and the temporary file removed).
     """
+    # The Responses models (~45 ms to import) only where rows are checked: the collector imports this module too.
+    from nemo_gym.datasets.validation import create_params_problem
+
     _check(options)
     path = materialized_inputs_path(options.output_path)
     digest = hashlib.blake2b(digest_size=16)
@@ -203,7 +211,7 @@ def materialize(options: MaterializeOptions) -> Materialized:
     try:
         with temporary.open("wb") as out:  # buffered: the file is whole once it is renamed, not before
             for number, row in iter_jsonl(options.input_path, options.limit):
-                found = _row_problems(number, row, options)
+                found = _row_problems(number, row, options, create_params_problem)
                 if found or problems:
                     problems.extend(found)
                     if len(problems) >= MAX_REPORTED_PROBLEMS:

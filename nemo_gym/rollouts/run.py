@@ -12,17 +12,18 @@ from typing import Any
 from omegaconf import DictConfig
 
 from nemo_gym.config.compose import ComposedConfig
-from nemo_gym.config.datasets import AGENT_REF_KEY, BenchmarkDatasetConfig
 from nemo_gym.config.placement import RAY_ADDRESS_KEY
-from nemo_gym.errors import ConfigError
-from nemo_gym.jsonl import JsonlWriter, iter_jsonl
 from nemo_gym.observability.capture import capture_dirs_from_config
 from nemo_gym.rollouts.aggregate import aggregate_metrics_path, compute_metrics, encoded_rows_by_agent, write_metrics
 from nemo_gym.rollouts.breaker import Server
 from nemo_gym.rollouts.claim import claim_output
-from nemo_gym.rollouts.collector import CollectionOptions, CollectionSummary, RolloutCollector, recorded_fingerprint
+from nemo_gym.rollouts.collector import CollectionOptions, CollectionSummary, RolloutCollector
 from nemo_gym.rollouts.config import RolloutCollectionConfig
-from nemo_gym.rollouts.materialize import Materialized, MaterializeOptions, materialize
+from nemo_gym.rollouts.inputs import SplitInput as SplitInput  # re-exported: where callers have found them
+from nemo_gym.rollouts.inputs import agent_names as agent_names
+from nemo_gym.rollouts.inputs import prepare_inputs as prepare_inputs
+from nemo_gym.rollouts.inputs import prepare_split_input as prepare_split_input
+from nemo_gym.rollouts.materialize import Materialized
 from nemo_gym.transport import http_client
 
 
@@ -32,11 +33,6 @@ class RunResult:
     materialized: Materialized
     metrics: list[dict[str, Any]] | None
     metrics_path: Path | None
-
-
-def agent_names(config: ComposedConfig | DictConfig) -> list[str]:
-    """Every agent instance of a config, started or not."""
-    return [instance.name for instance in ComposedConfig.of(config).instances_of("responses_api_agents")]
 
 
 def agent_urls(config: ComposedConfig | DictConfig) -> dict[str, str]:
@@ -70,93 +66,6 @@ def placed_servers(config: ComposedConfig) -> list[dict[str, Any]]:
     head = config.config.get("head_server") or {}
     host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(str(head.get("host")), str(head.get("host") or "127.0.0.1"))
     return query_status(host, int(head.get("port") or 11000))
-
-
-@dataclass
-class SplitInput:
-    path: Path
-    num_repeats: dict[str, int]
-    """Rollouts per row that each agent's datasets ask for (their ``num_repeats``); used unless --num-repeats is set."""
-
-
-def prepare_split_input(config: ComposedConfig | DictConfig, split: str, path: Path) -> SplitInput:
-    """Concatenate the agents' datasets of type ``split`` into one file, each row tagged with its agent.
-
-    Benchmark rows are raw tasks, rendered here with their dataset's ``prompt_config``. Rows are written once and the
-    datasets' ``num_repeats`` come back per agent, so ``--limit N`` means N tasks; only an agent whose datasets of
-    this split disagree on ``num_repeats`` gets its rows written that many times over instead.
-    """
-    from nemo_gym.config.roots import find_path
-    from nemo_gym.datasets.render import PromptRenderError, PromptTemplate
-
-    selected = [(i.name, d) for i in ComposedConfig.of(config).instances for d in i.datasets or [] if d.type == split]
-    if not selected:
-        raise ConfigError(f"no agent in the config declares a dataset of type {split!r}; pass --input PATH instead")
-    sources: list[tuple[str, Any, Path, Any]] = []
-    problems = []
-    for agent, dataset in selected:
-        source = find_path(dataset.jsonl_fpath)
-        benchmark = isinstance(dataset, BenchmarkDatasetConfig)
-        if source is None or not source.is_file():
-            hint = "; write it first with `gym eval prepare --benchmark NAME`" if benchmark else ""
-            problems.append(f"dataset {dataset.name!r} of agent {agent}: {dataset.jsonl_fpath} does not exist{hint}")
-            continue
-        prompt_config = dataset.prompt_config if isinstance(dataset, BenchmarkDatasetConfig) else None
-        template = PromptTemplate.load(prompt_config) if prompt_config else None
-        sources.append((agent, dataset, source, template))
-    if problems:
-        raise ConfigError("; ".join(problems))
-    repeats_seen: dict[str, set[int]] = {}
-    for agent, dataset, _, _ in sources:
-        repeats_seen.setdefault(agent, set()).add(dataset.num_repeats)
-    uniform = {agent: seen.pop() for agent, seen in repeats_seen.items() if len(seen) == 1}
-    with JsonlWriter(path, append=False) as writer:
-        for agent, dataset, source, template in sources:
-            copies = 1 if agent in uniform else dataset.num_repeats
-            for number, row in iter_jsonl(source):
-                if template is not None:
-                    try:
-                        row = template.apply(row)
-                    except PromptRenderError as e:
-                        raise ConfigError(f"{source}:{number}: {e}") from e
-                row.setdefault(AGENT_REF_KEY, {"type": "responses_api_agents", "name": agent})
-                for _ in range(copies):
-                    writer.write(row)
-    return SplitInput(path, {agent: uniform.get(agent, 1) for agent in repeats_seen})
-
-
-def prepare_inputs(settings: RolloutCollectionConfig, config: ComposedConfig | DictConfig) -> Materialized:
-    """Check every input row and write the materialized rows. Needs only the config's agent names, not running
-    servers, so a mistake in the data is reported before anything starts."""
-    composed = ComposedConfig.of(config)
-    output = Path(settings.output_jsonl_fpath).expanduser().resolve()
-    num_repeats = settings.num_repeats
-    if settings.input_jsonl_fpath:
-        input_path = Path(settings.input_jsonl_fpath).expanduser()
-    elif settings.split:
-        split_input = prepare_split_input(
-            composed, settings.split, output.with_name(f"{output.stem}_{settings.split}.jsonl")
-        )
-        input_path = split_input.path
-        if "num_repeats" not in settings.model_fields_set:  # no --num-repeats: the datasets' own num_repeats
-            num_repeats = split_input.num_repeats
-    else:
-        raise ConfigError(
-            "say what to run: --input PATH, or --split train|validation|example|benchmark for the agents' datasets"
-        )
-    return materialize(
-        MaterializeOptions(
-            input_path=input_path,
-            output_path=output,
-            agent_name=settings.agent_name,
-            limit=settings.limit,
-            num_repeats=num_repeats,
-            responses_create_params=settings.responses_create_params,
-            num_repeats_add_seed=settings.num_repeats_add_seed,
-            known_agents=agent_names(composed),
-            resume_fingerprint=recorded_fingerprint(output) if settings.resume_from_cache else None,
-        )
-    )
 
 
 def run_collection(

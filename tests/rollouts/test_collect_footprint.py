@@ -1,8 +1,10 @@
 """What the collect command (`gym eval run --no-serve`) loads before its first rollout: every module here is start-up
 time the user waits for before the first model call, on every run.
 
-The probe runs the real command in a fresh interpreter against a head server that is not there, so it stops right
-after its start-up (imports, config, flags) with its one-line error, then reports what was loaded.
+The probe runs the real command in a fresh interpreter. The head server's answer is stood in for (one agent ``a``)
+and the probe stops the command when its event loop would start the rollouts, after the whole start-up (imports,
+config, flags, the rows checked and written), then reports what was loaded and whether the materialized inputs were
+in place by then.
 """
 
 from __future__ import annotations
@@ -16,7 +18,24 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 
 COMMAND_PROBE = """
-import json, sys
+import asyncio, json, os, sys
+from pathlib import Path
+from omegaconf import OmegaConf
+import nemo_gym.config.head_fetch as head_fetch
+
+def head_answer(head, timeout_s=10.0):
+    agent = {"entrypoint": "app.py", "host": "127.0.0.1", "port": 9}
+    return OmegaConf.create({"a": {"responses_api_agents": {"simple_agent": agent}}})
+
+def stop_before_the_rollouts(runner, coro, **kwargs):
+    coro.close()
+    inputs = Path(sys.argv[sys.argv.index("--output") + 1]).with_name("out_materialized_inputs.jsonl")
+    report = {"reached": "rollouts", "materialized": inputs.is_file(), "loaded": sorted(sys.modules)}
+    print(json.dumps(report), flush=True)
+    os._exit(0)
+
+head_fetch.fetch_config_from_head_server = head_answer
+asyncio.Runner.run = stop_before_the_rollouts
 from nemo_gym.cli.main import main
 code = main(sys.argv[1:])
 print(json.dumps({"code": code, "loaded": sorted(sys.modules)}))
@@ -43,9 +62,11 @@ NOT_FOR_THE_COLLECTOR = (
     "nemo_gym.datasets.storage",
     "nemo_gym.training.export",
     "nemo_gym.viewer",
+    "hydra",
 )
 """Server frameworks, the OpenAI SDK and the web-stack face, trajectory models (loaded only for a row with captured
-model calls or agent observations), and other commands' machinery."""
+model calls or agent observations), other commands' machinery, and Hydra (the probe's overrides are the common shapes
+that ``config/override_literals.py`` reads)."""
 
 
 def _free_port() -> int:
@@ -75,7 +96,8 @@ def test_the_collect_command_starts_without_servers_sdks_or_trajectory_models(tm
         f"+head_server={{host: 127.0.0.1, port: {_free_port()}}}", f"+results_dir={tmp_path / 'results'}",
     ]  # fmt: skip
     report = _probe(COMMAND_PROBE, args, tmp_path)
-    assert report["code"] == 1  # no head server there: the start-up ran, the collection did not
+    assert report.get("reached") == "rollouts", report.get("code")  # the whole start-up ran, no rollout did
+    assert report["materialized"]  # every row checked and written before any rollout starts
     loaded = set(report["loaded"])
     assert "nemo_gym.rollouts.collector" in loaded  # the probe did reach the collect path
     found = sorted(m for m in loaded if any(m == p or m.startswith(f"{p}.") for p in NOT_FOR_THE_COLLECTOR))

@@ -17,6 +17,7 @@ import pytest
 import nemo_gym.assets
 import nemo_gym.cli.commands.eval as eval_commands
 import nemo_gym.launcher
+import nemo_gym.rollouts.inputs as inputs_module
 import nemo_gym.rollouts.reverify as reverify_module
 import nemo_gym.rollouts.run as run_module
 from nemo_gym import INSTALL_DIR
@@ -148,13 +149,13 @@ def test_sampling_flags_are_typed_values_in_the_create_params(
     captured: Captured, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     seen: list[dict[str, Any]] = []
-    real_materialize = run_module.materialize
+    real_materialize = inputs_module.materialize  # prepare_inputs lives in rollouts/inputs.py
 
     def materialize(options: Any) -> Materialized:
         seen.append(options.responses_create_params)
         return real_materialize(options)
 
-    monkeypatch.setattr(run_module, "materialize", materialize)
+    monkeypatch.setattr(inputs_module, "materialize", materialize)
     assert main(eval_run("--temperature", "0.5", "--max-output-tokens", "64")) == 0, capsys.readouterr().err
     assert seen == [{"temperature": 0.5, "max_output_tokens": 64}]
     assert type(seen[0]["temperature"]) is float and type(seen[0]["max_output_tokens"]) is int

@@ -6,7 +6,7 @@ import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.markup import escape
 
@@ -20,6 +20,9 @@ from nemo_gym.rollouts.config import (
     DEFAULT_REVERIFY_CONCURRENCY,
     DEFAULT_SERVER_DOWN_DEADLINE_S,
 )
+
+if TYPE_CHECKING:
+    from nemo_gym.rollouts.run import RunResult
 
 EXIT_SOME_ROLLOUTS_FAILED = 3
 """Exit code of a run that finished but left failed rollouts (listed in the failures file; --resume retries them)."""
@@ -61,10 +64,11 @@ def run(invocation: Invocation) -> int:
     from nemo_gym.rollouts.claim import claim_output
     from nemo_gym.rollouts.config import RolloutCollectionConfig
     from nemo_gym.rollouts.fd_limit import check_open_file_limit
-    from nemo_gym.rollouts.run import RunResult, prepare_inputs, run_collection, tune_garbage_collector
 
     stderr = err_console
     if invocation.get("no_serve"):
+        from nemo_gym.rollouts.inputs import prepare_inputs_alongside
+
         composed = compose(ComposeOptions(overrides=invocation.overrides, dummy_model=True))
         settings = invocation.settings(RolloutCollectionConfig, composed.config)
         check_writable_output(settings.output_jsonl_fpath)
@@ -73,13 +77,17 @@ def run(invocation: Invocation) -> int:
         def collect() -> RunResult:
             with claim_output(settings):  # held until the metrics are written: one writer per output
                 running = _head_server_config(composed)
-                materialized = prepare_inputs(settings, running)
+                # The rows are checked and written while the HTTP machinery of the rollouts is imported here.
+                materialized = prepare_inputs_alongside(settings, running, meanwhile=_load_collection)
+                from nemo_gym.rollouts.run import run_collection, tune_garbage_collector
+
                 tune_garbage_collector()
                 return run_collection(settings, running, materialized=materialized)
 
         return _run_reporting(collect, settings, stderr)
 
     from nemo_gym.launcher import running_servers
+    from nemo_gym.rollouts.run import prepare_inputs, run_collection
 
     composed = compose(
         ComposeOptions(overrides=invocation.overrides, reserve_ports=True, require_server_instances=True)
@@ -98,10 +106,13 @@ def run(invocation: Invocation) -> int:
     return _run_reporting(start_and_collect, settings, stderr)
 
 
+def _load_collection() -> None:
+    import nemo_gym.rollouts.run  # noqa: F401 - the collector, its HTTP client and the metrics
+
+
 def _run_reporting(collect: Callable[[], Any], settings: Any, stderr: GymConsole) -> int:
-    from nemo_gym.rollouts.aggregate import print_key_metrics
-    from nemo_gym.rollouts.collector import failures_path
     from nemo_gym.rollouts.materialize import materialized_inputs_path
+    from nemo_gym.rollouts.outputs import failures_path
 
     try:
         result = collect()
@@ -113,6 +124,8 @@ def _run_reporting(collect: Callable[[], Any], settings: Any, stderr: GymConsole
         return 130
     summary = result.summary
     if result.metrics:
+        from nemo_gym.rollouts.aggregate import print_key_metrics
+
         print_key_metrics(result.metrics, stderr)
     rate = summary.succeeded / summary.elapsed_s if summary.elapsed_s else 0.0
     stderr.print(

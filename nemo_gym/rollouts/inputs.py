@@ -1,0 +1,177 @@
+"""The inputs of a collection run: every row checked and its rollouts written (``materialize.py``) before any
+rollout starts, from ``--input`` or from the agents' datasets of a split.
+
+Nothing here loads the HTTP machinery of the rollouts, so :func:`prepare_inputs_alongside` can check the rows in a
+forked child while the collect command itself loads that machinery.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import pickle
+import signal
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from nemo_gym.config.compose import ComposedConfig
+from nemo_gym.config.datasets import AGENT_REF_KEY, BenchmarkDatasetConfig
+from nemo_gym.errors import ConfigError
+from nemo_gym.jsonl import JsonlWriter, iter_jsonl
+from nemo_gym.rollouts.materialize import Materialized, MaterializeOptions, materialize
+from nemo_gym.rollouts.outputs import recorded_fingerprint
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
+    from nemo_gym.rollouts.config import RolloutCollectionConfig
+
+
+def agent_names(config: ComposedConfig | DictConfig) -> list[str]:
+    """Every agent instance of a config, started or not."""
+    return [instance.name for instance in ComposedConfig.of(config).instances_of("responses_api_agents")]
+
+
+@dataclass
+class SplitInput:
+    path: Path
+    num_repeats: dict[str, int]
+    """Rollouts per row that each agent's datasets ask for (their ``num_repeats``); used unless --num-repeats is set."""
+
+
+def prepare_split_input(config: ComposedConfig | DictConfig, split: str, path: Path) -> SplitInput:
+    """Concatenate the agents' datasets of type ``split`` into one file, each row tagged with its agent.
+
+    Benchmark rows are raw tasks, rendered here with their dataset's ``prompt_config``. Rows are written once and the
+    datasets' ``num_repeats`` come back per agent, so ``--limit N`` means N tasks; only an agent whose datasets of
+    this split disagree on ``num_repeats`` gets its rows written that many times over instead.
+    """
+    from nemo_gym.config.roots import find_path
+    from nemo_gym.datasets.render import PromptRenderError, PromptTemplate
+
+    selected = [(i.name, d) for i in ComposedConfig.of(config).instances for d in i.datasets or [] if d.type == split]
+    if not selected:
+        raise ConfigError(f"no agent in the config declares a dataset of type {split!r}; pass --input PATH instead")
+    sources: list[tuple[str, Any, Path, Any]] = []
+    problems = []
+    for agent, dataset in selected:
+        source = find_path(dataset.jsonl_fpath)
+        benchmark = isinstance(dataset, BenchmarkDatasetConfig)
+        if source is None or not source.is_file():
+            hint = "; write it first with `gym eval prepare --benchmark NAME`" if benchmark else ""
+            problems.append(f"dataset {dataset.name!r} of agent {agent}: {dataset.jsonl_fpath} does not exist{hint}")
+            continue
+        prompt_config = dataset.prompt_config if isinstance(dataset, BenchmarkDatasetConfig) else None
+        template = PromptTemplate.load(prompt_config) if prompt_config else None
+        sources.append((agent, dataset, source, template))
+    if problems:
+        raise ConfigError("; ".join(problems))
+    repeats_seen: dict[str, set[int]] = {}
+    for agent, dataset, _, _ in sources:
+        repeats_seen.setdefault(agent, set()).add(dataset.num_repeats)
+    uniform = {agent: seen.pop() for agent, seen in repeats_seen.items() if len(seen) == 1}
+    with JsonlWriter(path, append=False) as writer:
+        for agent, dataset, source, template in sources:
+            copies = 1 if agent in uniform else dataset.num_repeats
+            for number, row in iter_jsonl(source):
+                if template is not None:
+                    try:
+                        row = template.apply(row)
+                    except PromptRenderError as e:
+                        raise ConfigError(f"{source}:{number}: {e}") from e
+                row.setdefault(AGENT_REF_KEY, {"type": "responses_api_agents", "name": agent})
+                for _ in range(copies):
+                    writer.write(row)
+    return SplitInput(path, {agent: uniform.get(agent, 1) for agent in repeats_seen})
+
+
+def prepare_inputs(settings: RolloutCollectionConfig, config: ComposedConfig | DictConfig) -> Materialized:
+    """Check every input row and write the materialized rows. Needs only the config's agent names, not running
+    servers, so a mistake in the data is reported before anything starts."""
+    composed = ComposedConfig.of(config)
+    output = Path(settings.output_jsonl_fpath).expanduser().resolve()
+    num_repeats = settings.num_repeats
+    if settings.input_jsonl_fpath:
+        input_path = Path(settings.input_jsonl_fpath).expanduser()
+    elif settings.split:
+        split_input = prepare_split_input(
+            composed, settings.split, output.with_name(f"{output.stem}_{settings.split}.jsonl")
+        )
+        input_path = split_input.path
+        if "num_repeats" not in settings.model_fields_set:  # no --num-repeats: the datasets' own num_repeats
+            num_repeats = split_input.num_repeats
+    else:
+        raise ConfigError(
+            "say what to run: --input PATH, or --split train|validation|example|benchmark for the agents' datasets"
+        )
+    return materialize(
+        MaterializeOptions(
+            input_path=input_path,
+            output_path=output,
+            agent_name=settings.agent_name,
+            limit=settings.limit,
+            num_repeats=num_repeats,
+            responses_create_params=settings.responses_create_params,
+            num_repeats_add_seed=settings.num_repeats_add_seed,
+            known_agents=agent_names(composed),
+            resume_fingerprint=recorded_fingerprint(output) if settings.resume_from_cache else None,
+        )
+    )
+
+
+def prepare_inputs_alongside(
+    settings: RolloutCollectionConfig, config: ComposedConfig | DictConfig, meanwhile: Callable[[], Any]
+) -> Materialized:
+    """:func:`prepare_inputs` in a forked child while this process runs ``meanwhile`` (the collect command loads its
+    HTTP machinery): on a second core the rows are checked and written in the time those imports take anyway.
+
+    The same function writes the same file either way, and this returns only once the child is done, so the file is
+    in place before any rollout can start. Where no child can be used (no ``fork``, other threads running) or the
+    child fails in any way (a bad row, a full disk), :func:`prepare_inputs` runs here, after ``meanwhile``, and raises
+    exactly what it raises.
+    """
+    if not hasattr(os, "fork") or threading.active_count() > 1:
+        meanwhile()
+        return prepare_inputs(settings, config)
+    read_fd, write_fd = os.pipe()  # the child leaves by os._exit: it never flushes the stdio buffers it inherits
+    pid = os.fork()
+    if pid == 0:
+        _child(settings, config, read_fd, write_fd)  # never returns
+    os.close(write_fd)
+    payload = b""
+    try:
+        meanwhile()
+        with os.fdopen(read_fd, "rb", closefd=False) as pipe:
+            payload = pipe.read()
+        _, status = os.waitpid(pid, 0)
+        pid = 0
+    finally:
+        os.close(read_fd)
+        if pid:  # interrupted: SIGINT lets the child remove its temporary file on its way out
+            os.kill(pid, signal.SIGINT)
+            os.waitpid(pid, 0)
+    if os.waitstatus_to_exitcode(status) == 0 and payload:
+        materialized = pickle.loads(payload)
+        if isinstance(materialized, Materialized):
+            return materialized
+    return prepare_inputs(settings, config)
+
+
+def _child(settings: RolloutCollectionConfig, config: ComposedConfig | DictConfig, read_fd: int, write_fd: int) -> None:
+    """The forked child of :func:`prepare_inputs_alongside`: it never returns into the caller's code (whose ``finally``
+    blocks, such as the output's lock, are the parent's), and exits 0 only with its result written."""
+    code = 1
+    try:
+        gc.freeze()  # collections here never walk the parent's objects (which would copy their pages)
+        os.close(read_fd)
+        payload = pickle.dumps(prepare_inputs(settings, config))
+        with os.fdopen(write_fd, "wb") as pipe:
+            pipe.write(payload)
+        code = 0
+    except BaseException:
+        pass
+    finally:
+        os._exit(code)
