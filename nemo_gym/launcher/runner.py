@@ -53,7 +53,7 @@ from nemo_gym.launcher.reaper import CONFIG_FILE, Reaper, remove_run_files, swee
 from nemo_gym.launcher.server_process import ServerLaunchError, ServerProcess, describe_exit, tail_text
 from nemo_gym.launcher.signals import second_signal_forces, sigterm_as_interrupt
 from nemo_gym.launcher.venvs import BuildContext, build_venv, shared_venv_enabled, venv_spec
-from nemo_gym.transport import access
+from nemo_gym.transport import access, heap
 
 DEFAULT_STARTUP_TIMEOUT_S = 900.0
 """Venv builds and model loads are slow; this bounds the whole launch, builds included."""
@@ -177,6 +177,7 @@ class Launcher:
             self._prepare_interpreters(deadline)
             self._spawn_all()
             _run_async(lambda: self._wait_until_ready(deadline))
+            heap.release_freed_memory()  # composing and spawning freed ~3 MB that it holds for as long as they run
         except BaseException:
             self.stop()
             raise

@@ -34,11 +34,14 @@ from fastapi.routing import APIRoute
 from fastapi.utils import is_body_allowed_for_status_code
 from pydantic import BaseModel
 from pydantic_core import SchemaSerializer, SchemaValidator, ValidationError, from_json
+from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.exceptions import ExceptionMiddleware
 from starlette.requests import ClientDisconnect
 from starlette.routing import Match, Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from nemo_gym.transport import heap
 
 try:  # internals of the FastAPI this was written against; without them every route takes the general path
     from fastapi.routing import _effective_route_context_var, _extract_endpoint_context, serialize_response
@@ -223,6 +226,7 @@ def _fast_handler(route: APIRoute, plan: _Plan) -> _Fast:
         if MAX_BODY_SIZE_SCOPE_KEY in scope:
             return None
         values: dict[str, Any] = {}
+        large = False
         if model is not None:
             if not _declares_json(scope["headers"]):
                 return None
@@ -234,6 +238,7 @@ def _fast_handler(route: APIRoute, plan: _Plan) -> _Fast:
                 raise HTTPException(status_code=400, detail="There was an error parsing the body") from error
             if not raw:
                 return None
+            large = len(raw) >= heap.RELEASE_AFTER_BYTES
             try:
                 values[body_name] = _validate_body(model, raw)
             except ValueError:  # ValidationError: FastAPI's own 422 (or its answer to JSON only Python's parser takes)
@@ -262,7 +267,11 @@ def _fast_handler(route: APIRoute, plan: _Plan) -> _Fast:
                 dump_json=dump_json,
                 **options,
             )
-        args: dict[str, Any] = {"background": None} if status is None else {"background": None, "status_code": status}
+        # After a large body's answer is sent, what handling it freed goes back to the system (transport/heap.py).
+        background = BackgroundTask(heap.release_after_response) if large else None
+        args: dict[str, Any] = {"background": background}
+        if status is not None:
+            args["status_code"] = status
         if dump_json:
             response = Response(content=content, media_type="application/json", **args)
         else:
