@@ -7,9 +7,9 @@ config; ``+h`` / ``--help`` print the model's fields instead of running it.
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from typing import Any
 
-from omegaconf import DictConfig
 from pydantic import BaseModel, model_validator
 
 
@@ -20,7 +20,8 @@ class BaseNeMoGymCLIConfig(BaseModel):
     @classmethod
     def pre_process(cls, data: Any) -> Any:
         """Print this command's help and exit when ``+h``/``+help`` is set or ``-h``/``--help`` is on the command line."""
-        wants_help = isinstance(data, (dict, DictConfig)) and (data.get("h") or data.get("help"))
+        # a dict or an OmegaConf DictConfig (a Mapping: omegaconf is not imported for the check)
+        wants_help = isinstance(data, Mapping) and (data.get("h") or data.get("help"))
         if wants_help or any(arg in ("-h", "--help") for arg in sys.argv[1:]):
             print(cls.help_text())
             raise SystemExit(0)

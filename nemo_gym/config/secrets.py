@@ -30,8 +30,7 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from nemo_gym.config.servers import RESERVED_TOP_LEVEL_KEYS
-from nemo_gym.config.tree import MISSING
+from nemo_gym.config.keys import MISSING, RESERVED_TOP_LEVEL_KEYS
 
 SECRET_KEY_MARKERS = ("key", "token", "secret", "password", "passwd", "credential", "auth")
 MASK = "****"

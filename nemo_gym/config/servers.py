@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from nemo_gym.config.keys import RESERVED_TOP_LEVEL_KEYS as RESERVED_TOP_LEVEL_KEYS  # re-exported
 from nemo_gym.config.server_models import (
     SERVER_TYPES,
     ServerInstanceConfig,
@@ -16,20 +17,6 @@ from nemo_gym.config.server_models import (
     maybe_get_server_instance_config,
 )
 from nemo_gym.errors import AlmostServerError, ServerRefNotFoundError
-
-RESERVED_TOP_LEVEL_KEYS = frozenset(
-    {
-        "config_paths", "entrypoint", "default_host", "head_server", "disallowed_ports", "head_server_deps",
-        "python_version", "pip_install_verbose", "use_absolute_ip", "uv_pip_set_python", "skip_venv_if_present",
-        "hf_token", "ray_head_node_address", "port_range_low", "port_range_high", "dry_run",
-        "model_endpoint_readiness_timeout_seconds", "allow_openai_version_skew", "uv_cache_dir", "uv_venv_dir",
-        "results_dir", "cache_dir", "_inherit_from", "_copy", "nemo_gym_log_dir", "verbose", "json", "query",
-        "observability_enabled", "model_call_capture_dir", "token_id_capture", "component_name",
-        "skip_verification", "skip_verification_reward", "error_on_almost_servers", "shared_venv",
-        "server_startup_timeout_seconds", "auth", "run_token", "server_max_body_bytes",
-    }
-)  # fmt: skip
-"""Top-level keys that are settings of the framework itself, never server instances."""
 
 
 @dataclass

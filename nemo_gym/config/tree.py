@@ -12,7 +12,8 @@ from typing import Any, cast
 
 from omegaconf import DictConfig, OmegaConf
 
-MISSING = "???"
+from nemo_gym.config.keys import MISSING as MISSING  # re-exported: its name here since the start
+
 _ABSENT = object()
 
 

@@ -21,12 +21,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_core import ErrorDetails
 
 from nemo_gym.config.datasets import Domain
+from nemo_gym.config.keys import RESERVED_TOP_LEVEL_KEYS
 from nemo_gym.config.overrides import Override
 from nemo_gym.config.placement import DEFAULT_RAY_ADDRESS, DEFAULT_REPLICAS, REPLICAS_KEY
 from nemo_gym.config.schemas import ServerSchema, find_server_schema, implementation_dir
 from nemo_gym.config.secrets import mask_value
 from nemo_gym.config.server_models import SERVER_TYPES
-from nemo_gym.config.servers import RESERVED_TOP_LEVEL_KEYS
 from nemo_gym.errors import ConfigError
 
 FRAMEWORK_KEYS = frozenset(

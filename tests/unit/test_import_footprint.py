@@ -122,3 +122,24 @@ def test_the_launcher_loads_no_http_client_library(module: str) -> None:
     """`gym env start` lives as long as its servers; its readiness probe needs no client library (~10 MB)."""
     loaded = loaded_after_import(module)
     assert not loaded["aiohttp"] and not loaded["httpx"]
+
+
+CLI_PROBE = """
+import sys
+from nemo_gym.cli.main import main
+try:
+    main(["--help"])
+except SystemExit:
+    pass
+heavy = ("omegaconf", "hydra", "aiohttp", "fastapi", "nemo_gym.config.server_models", "nemo_gym.openai_responses")
+print("loaded:", [name for name in heavy if name in sys.modules])
+"""
+
+
+def test_gym_help_loads_no_config_machinery_nor_web_stack() -> None:
+    """Every command module is imported to build the parser: what they import at the top is paid by every ``gym``
+    call, so composing a config, the server models and the HTTP stacks are imported where a command runs."""
+    out = subprocess.run(
+        [sys.executable, "-c", CLI_PROBE], cwd=REPO, capture_output=True, text=True, timeout=60, check=True
+    )
+    assert out.stdout.strip().splitlines()[-1] == "loaded: []"

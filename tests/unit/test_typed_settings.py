@@ -16,6 +16,7 @@ import pytest
 
 import nemo_gym.assets
 import nemo_gym.cli.commands.eval as eval_commands
+import nemo_gym.config.compose as compose_module
 import nemo_gym.launcher
 import nemo_gym.rollouts.inputs as inputs_module
 import nemo_gym.rollouts.reverify as reverify_module
@@ -46,7 +47,7 @@ class Captured:
 def captured(monkeypatch: pytest.MonkeyPatch, workdir: Path) -> Captured:
     """``gym eval run`` with no servers: what composition is asked for and what the collector receives."""
     record = Captured()
-    real_compose = eval_commands.compose
+    real_compose = compose_module.compose
 
     def compose(options: ComposeOptions) -> ComposedConfig:
         record.composed.append(options)
@@ -65,7 +66,7 @@ def captured(monkeypatch: pytest.MonkeyPatch, workdir: Path) -> Captured:
         async def run(self) -> CollectionSummary:
             return CollectionSummary(self.options.output_path, failures_path(self.options.output_path))
 
-    monkeypatch.setattr(eval_commands, "compose", compose)
+    monkeypatch.setattr(compose_module, "compose", compose)  # the commands import it where they run
     monkeypatch.setattr(nemo_gym.launcher, "running_servers", running_servers)
     monkeypatch.setattr(run_module, "RolloutCollector", Collector)
     return record

@@ -14,7 +14,6 @@ from nemo_gym.cli.command import Command, Invocation
 from nemo_gym.cli.flags import CONFIG_FLAGS, Flag
 from nemo_gym.cli.output import GymConsole, console, err_console
 from nemo_gym.errors import ConfigError
-from nemo_gym.global_config import parse_global_config_dict
 from nemo_gym.training.export_config import DEFAULT_MIN_MARGIN, DEFAULT_MIN_REWARD, DEFAULT_PAIR_MODE
 
 EXIT_INVALID_ROWS = 3
@@ -65,6 +64,7 @@ EXPORT_FLAGS = (
 def collate(invocation: Invocation) -> int:
     from nemo_gym.datasets.collate import CollateConfig
     from nemo_gym.datasets.collate import collate as run_collate
+    from nemo_gym.global_config import parse_global_config_dict
 
     config = parse_global_config_dict(invocation.overrides, dummy_model=True)
     settings = CollateConfig.model_validate(dict(config))
@@ -130,6 +130,7 @@ def _print_collate_report(result: Any, stderr: GymConsole) -> None:
 
 def render(invocation: Invocation) -> int:
     from nemo_gym.datasets.render import RenderConfig, render_file
+    from nemo_gym.global_config import parse_global_config_dict
 
     config = parse_global_config_dict(invocation.overrides, dummy_model=True)
     settings = RenderConfig.model_validate(dict(config))

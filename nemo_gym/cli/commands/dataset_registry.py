@@ -17,9 +17,7 @@ from typing import Any
 from nemo_gym.cli.command import Command, Invocation
 from nemo_gym.cli.flags import Flag, quote
 from nemo_gym.cli.output import console
-from nemo_gym.config.tree import plain_dict
 from nemo_gym.errors import ConfigError
-from nemo_gym.global_config import parse_global_config_dict
 
 STORAGE_FLAG = Flag(
     ("--storage",),
@@ -113,6 +111,9 @@ def _storage(invocation: Invocation, default: str, allowed: tuple[str, ...] = ("
 
 def _config(invocation: Invocation) -> dict[str, Any]:
     """The composed config as a plain dict; ``--revision`` also sets ``revision`` (the Hub's name for it)."""
+    from nemo_gym.config.tree import plain_dict
+    from nemo_gym.global_config import parse_global_config_dict
+
     tokens = list(invocation.overrides)
     revision = invocation.get("revision")
     if revision is not None and not any(t.lstrip("+").startswith("revision=") for t in tokens):

@@ -5,9 +5,6 @@ from __future__ import annotations
 from nemo_gym.cli.command import Command, Invocation
 from nemo_gym.cli.flags import CONFIG_FLAGS, MODEL_FLAGS
 from nemo_gym.cli.output import console, print_warning
-from nemo_gym.config.servers import find_server_instances
-from nemo_gym.config.tree import plain_dict
-from nemo_gym.global_config import masked_config_yaml, parse_global_config_dict
 
 
 def resolve(invocation: Invocation) -> int:
@@ -15,6 +12,7 @@ def resolve(invocation: Invocation) -> int:
     set (``???``, or an interpolation of a key no source sets, e.g. a secret kept in env.yaml) is printed as ``???``
     with one warning line each saying what to set, rather than hiding the whole config behind the first error."""
     from nemo_gym.config.compose import ComposeOptions, compose
+    from nemo_gym.global_config import masked_config_yaml
 
     composed = compose(ComposeOptions(overrides=list(invocation.overrides), allow_unset=True))
     print(masked_config_yaml(composed.config, composed.secrets), end="")
@@ -25,6 +23,10 @@ def resolve(invocation: Invocation) -> int:
 
 def validate(invocation: Invocation) -> int:
     """Compose and validate the config without starting anything (a dummy policy model stands in if none is set)."""
+    from nemo_gym.config.servers import find_server_instances
+    from nemo_gym.config.tree import plain_dict
+    from nemo_gym.global_config import parse_global_config_dict
+
     config = parse_global_config_dict(invocation.overrides, dummy_model=True)
     instances, _ = find_server_instances(plain_dict(config))
     console.print(f"Config is valid: {len(instances)} server instance(s).")

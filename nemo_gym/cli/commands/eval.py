@@ -13,8 +13,6 @@ from rich.markup import escape
 from nemo_gym.cli.command import Command, Invocation
 from nemo_gym.cli.flags import AUTH_FLAG, CONFIG_FLAGS, MODEL_FLAGS, RAY_FLAG, Flag
 from nemo_gym.cli.output import GymConsole, console, err_console
-from nemo_gym.config.compose import ComposedConfig, ComposeOptions, compose
-from nemo_gym.config.server_models import BaseServerConfig
 from nemo_gym.rollouts.config import (
     DEFAULT_CONCURRENCY,
     DEFAULT_REVERIFY_CONCURRENCY,
@@ -22,6 +20,7 @@ from nemo_gym.rollouts.config import (
 )
 
 if TYPE_CHECKING:
+    from nemo_gym.config.compose import ComposedConfig
     from nemo_gym.rollouts.run import RunResult
 
 EXIT_SOME_ROLLOUTS_FAILED = 3
@@ -60,6 +59,7 @@ RUN_FLAGS = (
 
 
 def run(invocation: Invocation) -> int:
+    from nemo_gym.config.compose import ComposeOptions, compose
     from nemo_gym.jsonl import check_writable_output
     from nemo_gym.rollouts.claim import claim_output
     from nemo_gym.rollouts.config import RolloutCollectionConfig
@@ -189,7 +189,9 @@ REVERIFY_FLAGS = (
 
 def _head_server_config(composed: ComposedConfig) -> ComposedConfig:
     """The config of running servers, asked from the head server the composed config points at."""
+    from nemo_gym.config.compose import ComposedConfig
     from nemo_gym.config.head_fetch import fetch_config_from_head_server
+    from nemo_gym.config.server_models import BaseServerConfig
 
     head = composed.config.head_server
     return ComposedConfig.of(fetch_config_from_head_server(BaseServerConfig(host=head.host, port=head.port)))
@@ -203,6 +205,7 @@ def _inputs_path(settings: Any) -> Path:
 
 
 def aggregate(invocation: Invocation) -> int:
+    from nemo_gym.config.compose import ComposeOptions, compose
     from nemo_gym.rollouts.aggregate import print_key_metrics
     from nemo_gym.rollouts.config import AggregateRolloutsConfig
     from nemo_gym.rollouts.run import agent_urls
@@ -238,6 +241,7 @@ def aggregate(invocation: Invocation) -> int:
 
 
 def profile(invocation: Invocation) -> int:
+    from nemo_gym.config.compose import ComposeOptions, compose
     from nemo_gym.rollouts.config import RewardProfileConfig
     from nemo_gym.rollouts.profile import print_profile, profile_rewards
 
@@ -256,6 +260,7 @@ def profile(invocation: Invocation) -> int:
 
 
 def reverify(invocation: Invocation) -> int:
+    from nemo_gym.config.compose import ComposeOptions, compose
     from nemo_gym.jsonl import check_writable_output
     from nemo_gym.rollouts.config import ReverifyConfig
     from nemo_gym.rollouts.reverify import (
@@ -375,6 +380,7 @@ COMMANDS: tuple[Command, ...] = (
 def prepare(invocation: Invocation) -> int:
     """Write the data of every benchmark in the composed config by running its prepare script."""
     from nemo_gym.benchmarks import PrepareBenchmarksConfig, prepare_benchmarks
+    from nemo_gym.config.compose import ComposeOptions, compose
 
     composed = compose(ComposeOptions(overrides=invocation.overrides, dummy_model=True))
     settings = invocation.settings(PrepareBenchmarksConfig, composed.config)

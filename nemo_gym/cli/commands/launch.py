@@ -11,12 +11,12 @@ from rich.table import Table
 from nemo_gym.cli.command import Command, Invocation
 from nemo_gym.cli.flags import AUTH_FLAG, CONFIG_FLAGS, JSON_FLAG, MODEL_FLAGS, RAY_FLAG
 from nemo_gym.cli.output import console, print_error
-from nemo_gym.config.compose import ComposeOptions, compose
 
 
 def start(invocation: Invocation) -> int:
     """Start every server of the config, print where they listen, and run until Ctrl-C / SIGTERM."""
     # imported here: fastapi/uvicorn would slow every `gym` call
+    from nemo_gym.config.compose import ComposeOptions, compose
     from nemo_gym.launcher.runner import new_launcher
     from nemo_gym.launcher.signals import sigterm_as_interrupt
 
@@ -43,6 +43,7 @@ def start(invocation: Invocation) -> int:
 
 def status(invocation: Invocation) -> int:
     """List the servers a running ``gym env start`` reports, with a live health probe of each."""
+    from nemo_gym.config.compose import ComposeOptions, compose
     from nemo_gym.launcher.status import HeadServerUnreachable, query_status
 
     config = compose(ComposeOptions(overrides=invocation.overrides)).config
