@@ -407,7 +407,9 @@ class _Pool:
     """Keep-alive connections to one ``host:port``. How many are in use at once is bounded by the caller's gate
     (:class:`~nemo_gym.transport.admission.FairLimiter`, ``limit_per_host``); here idle ones wait to be reused."""
 
-    __slots__ = ("_addresses", "_dns_expires", "_fixed", "_head", "_idle", "_open", "config", "host", "loop", "port")
+    __slots__ = (
+        "_addresses", "_dns_expires", "_fixed", "_head", "_idle", "_open", "_sweep", "config", "host", "loop", "port",
+    )  # fmt: skip
 
     def __init__(self, loop: asyncio.AbstractEventLoop, authority: str, config: TransportConfig) -> None:
         host, _, port = authority.partition(":")
@@ -418,6 +420,8 @@ class _Pool:
         self._head = f"Host: {authority}\r\n{_FIXED_HEADERS}"
         self._fixed = (("Host", authority), *(tuple(line.split(": ", 1)) for line in _FIXED_HEADERS.splitlines()))
         self._idle: list[_Connection] = []
+        """Oldest first: a connection is appended when it becomes idle and reused from the end."""
+        self._sweep: asyncio.TimerHandle | None = None
         self._open: set[_Connection] = set()
         self._addresses: list[tuple[Any, ...]] = []
         self._dns_expires = 0.0
@@ -442,6 +446,8 @@ class _Pool:
         if connection.reusable:
             connection.idle_since = self.loop.time()
             self._idle.append(connection)
+            if self._sweep is None:
+                self._sweep = self.loop.call_later(self.config.keepalive_timeout_s, self._close_stale)
         else:
             connection.close()
         return None if response.status in _REDIRECTS else response
@@ -486,6 +492,22 @@ class _Pool:
                 return None
             return connection
         return None
+
+    def _close_stale(self) -> None:
+        """Close the connections idle for longer than the keep-alive, as aiohttp's connector does: after a burst of
+        thousands of calls, their sockets (and each server's side of them) would otherwise stay until the server's
+        own keep-alive ends them. One timer per pool, set again for the oldest connection left."""
+        self._sweep = None
+        idle = self._idle
+        oldest_allowed = self.loop.time() - self.config.keepalive_timeout_s
+        stale = 0
+        while stale < len(idle) and idle[stale].idle_since < oldest_allowed:
+            idle[stale].close()
+            stale += 1
+        del idle[:stale]
+        if idle:
+            delay = idle[0].idle_since - oldest_allowed
+            self._sweep = self.loop.call_later(delay, self._close_stale)
 
     async def _connect(self, url: str, deadline: float, connect_timeout_s: float) -> _Connection:
         remaining = deadline - self.loop.time()
@@ -541,6 +563,9 @@ class _Pool:
         for connection in list(self._open):
             connection.close()
         self._idle.clear()
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
 
 
 def keepalive_options(config: TransportConfig) -> list[tuple[int, int, int]]:

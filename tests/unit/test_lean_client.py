@@ -266,6 +266,31 @@ async def test_the_pool_is_bounded_per_host_and_queues_the_rest() -> None:
     assert peak == 2 and len(peers) == 2
 
 
+async def test_idle_connections_are_closed_after_the_keep_alive_without_another_call() -> None:
+    """As aiohttp's connector does: a burst's idle sockets do not wait for the next call (or the server) to end."""
+    closed_by_client = asyncio.Event()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        await writer.drain()
+        if await reader.read() == b"":  # the server never closes: only the client can end the connection
+            closed_by_client.set()
+        writer.close()
+
+    previous = http_client.get_default_config()
+    await close_session()
+    http_client.set_default_config(previous.model_copy(update={"keepalive_timeout_s": 0.05}))
+    try:
+        async with raw_server(handle) as base:
+            own(base)
+            response = await request("GET", f"{base}/", config=FAST)
+            assert type(response) is LeanResponse and await response.text() == "ok"
+            await asyncio.wait_for(closed_by_client.wait(), timeout=60)  # a hang guard, not a measurement
+    finally:
+        http_client.set_default_config(previous)
+
+
 async def test_a_connection_the_server_closes_is_not_reused() -> None:
     connections = 0
 
