@@ -53,3 +53,20 @@ async def serving(
         server.should_exit = True
         await task
         sock.close()
+
+
+def app_with_routes(route_class: type[Any]) -> Any:
+    """An app whose routes are ``route_class``: FastAPI's own app for its ``APIRoute``, else ours (``ServerApp``,
+    telemetry off), so a test can give the same routes to both and compare their answers."""
+    from fastapi import FastAPI
+    from fastapi.routing import APIRoute
+
+    from nemo_gym.transport.routes import ServerApp
+
+    app = (
+        FastAPI()
+        if route_class is APIRoute
+        else ServerApp(telemetry={"tracing": False, "metrics": False, "logs": False})
+    )
+    app.router.route_class = route_class
+    return app

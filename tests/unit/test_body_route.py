@@ -16,7 +16,8 @@ from fastapi.testclient import TestClient
 from pydantic import BaseModel, ConfigDict, Field
 
 from nemo_gym.transport import routes
-from nemo_gym.transport.routes import BodyRoute, ServerApp, _plan
+from nemo_gym.transport.routes import BodyRoute, _plan
+from tests.helpers import app_with_routes
 
 
 class Item(BaseModel):
@@ -66,12 +67,7 @@ class Aliased(BaseModel):
 
 def _app(route_class: type[APIRoute]) -> FastAPI:
     """The same routes on FastAPI's own app and routes, or on ours (``ServerApp``, telemetry off, ``BodyRoute``)."""
-    app = (
-        FastAPI()
-        if route_class is APIRoute
-        else ServerApp(telemetry={"tracing": False, "metrics": False, "logs": False})
-    )
-    app.router.route_class = route_class
+    app = app_with_routes(route_class)
 
     @app.post("/plain")
     async def plain(body: Item) -> Answer:

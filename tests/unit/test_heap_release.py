@@ -17,7 +17,8 @@ from fastapi.testclient import TestClient
 
 from nemo_gym.metrics import AggregateMetrics, AggregateMetricsRequest, aggregate_verify_responses
 from nemo_gym.transport import heap
-from nemo_gym.transport.routes import BodyRoute, ServerApp
+from nemo_gym.transport.routes import BodyRoute
+from tests.helpers import app_with_routes
 
 
 @pytest.fixture
@@ -36,12 +37,7 @@ def releases(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 def _app(route_class: type[APIRoute]) -> FastAPI:
-    app = (
-        FastAPI()
-        if route_class is APIRoute
-        else ServerApp(telemetry={"tracing": False, "metrics": False, "logs": False})
-    )
-    app.router.route_class = route_class
+    app = app_with_routes(route_class)
 
     @app.post("/aggregate_metrics")
     async def aggregate_metrics(body: AggregateMetricsRequest) -> AggregateMetrics:

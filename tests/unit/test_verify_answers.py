@@ -20,7 +20,8 @@ from fastapi.testclient import TestClient
 
 from nemo_gym.base_resources_server import BaseMultiRewardVerifyResponse, BaseVerifyRequest, BaseVerifyResponse
 from nemo_gym.judge import JudgeError, judge_failsafe
-from nemo_gym.transport.routes import BodyRoute, ServerApp
+from nemo_gym.transport.routes import BodyRoute
+from tests.helpers import app_with_routes
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -47,8 +48,7 @@ def _last_text(body: BaseVerifyRequest) -> str:
 
 
 def _app(general: bool) -> FastAPI:
-    app = FastAPI() if general else ServerApp(telemetry={"tracing": False, "metrics": False, "logs": False})
-    app.router.route_class = APIRoute if general else BodyRoute
+    app = app_with_routes(APIRoute if general else BodyRoute)
 
     async def single(body: BaseVerifyRequest) -> BaseVerifyResponse:
         called = any(getattr(item, "type", None) == "function_call" for item in body.response.output)
