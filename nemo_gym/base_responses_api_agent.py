@@ -12,8 +12,8 @@ them under that rollout; otherwise the helpers return the path unchanged.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 import orjson
 from fastapi import Body, FastAPI, Request, Response
@@ -28,6 +28,7 @@ from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParamsNo
 from nemo_gym.server_utils import SimpleServer
 from nemo_gym.server_utils import json_response as _json_response
 from nemo_gym.transport import http_client as _http
+from nemo_gym.transport.routes import BodyRoute
 
 __all__ = [
     "AggregateMetrics",
@@ -43,7 +44,25 @@ __all__ = [
     "SimpleServer",
     "add_usage",
     "aggregate_verify_responses",
+    "forwards_aggregate_metrics",
 ]
+
+_MethodT = TypeVar("_MethodT", bound=Callable[..., Any])
+_FORWARDS_METRICS = "_nemo_gym_forwards_aggregate_metrics"
+_JSON_BODY = {"Content-Type": "application/json"}
+_METRICS_FIELDS = frozenset(AggregateMetrics.model_fields)
+
+
+def forwards_aggregate_metrics(method: _MethodT) -> _MethodT:
+    """Marks an agent's ``aggregate_metrics`` that only asks its ``config.resources_server`` (through
+    :meth:`SimpleResponsesAPIAgent.resources_server_metrics`).
+
+    Its route then passes the run's rows on as the bytes they came in, and the answer back likewise
+    (:meth:`SimpleResponsesAPIAgent.forward_metrics`): at the end of a run they are the largest bodies an agent
+    handles, and it reads neither. A subclass that overrides ``aggregate_metrics`` is served by its own method.
+    """
+    setattr(method, _FORWARDS_METRICS, True)
+    return method
 
 
 class BaseResponsesAPIAgentConfig(BaseRunServerInstanceConfig):
@@ -67,6 +86,14 @@ class SimpleResponsesAPIAgent(_MetricsHooks, SimpleServer):
         else:
             app.post("/run")(self.run)
         app.post("/aggregate_metrics")(self.aggregate_metrics)
+        resources = getattr(getattr(self.config, "resources_server", None), "name", None)
+        route = app.router.routes[-1]
+        if (
+            getattr(type(self).aggregate_metrics, _FORWARDS_METRICS, False)
+            and resources
+            and isinstance(route, BodyRoute)
+        ):
+            route.passthrough = functools.partial(self.forward_metrics, resources)
         return app
 
     def _run_in_rollout_context(self) -> Any:
@@ -166,6 +193,24 @@ class SimpleResponsesAPIAgent(_MetricsHooks, SimpleServer):
         _http.raise_for_status(answer, resources, "/aggregate_metrics")
         return _metrics_answer(await answer.read())
 
+    async def forward_metrics(self, resources: str, raw: bytes) -> Response | None:
+        """What :meth:`resources_server_metrics` answers for the body ``raw``, without making objects of its rows
+        and of the per-task metrics that come back, only to dump them again.
+
+        The body is parsed once, and dropped, to check it is exactly ``{"verify_responses": [objects]}``: then the
+        validated body would send the same JSON value on. Anything else gives None, and the typed route answers it
+        (with its 422 where the body is invalid). An answer of exactly the model's three containers goes back as it
+        came; any other is validated by the model, as the typed route would (its error included).
+        """
+        if not _rows_only(raw):
+            return None
+        answer = await self.server_client.post(resources, "/aggregate_metrics", data=raw, headers=_JSON_BODY)
+        _http.raise_for_status(answer, resources, "/aggregate_metrics")
+        content = await answer.read()
+        if not _plain_metrics(orjson.loads(content)):
+            content = _metrics_answer(content).model_dump_json().encode()
+        return Response(content=content, media_type="application/json")
+
     @staticmethod
     def pass_on_new_cookies(request: Request, response: Response, cookies: dict[str, str]) -> None:
         """Set on ``response`` the cookies a rollout gained or changed beyond those ``request`` came with."""
@@ -200,16 +245,37 @@ def _metrics_answer(raw: bytes) -> AggregateMetrics:
     parsed, which is what validating it would give; anything else goes through the model and fails exactly as before.
     """
     data = orjson.loads(raw)
-    if isinstance(data, dict):
-        agent_metrics, key_metrics = data.get("agent_metrics"), data.get("key_metrics")
-        groups = data.get("group_level_metrics")
-        if (
-            type(agent_metrics) is dict
-            and type(key_metrics) is dict
-            and type(groups) is list
-            and all(type(group) is dict for group in groups)
-        ):
-            return AggregateMetrics.model_construct(
-                agent_metrics=agent_metrics, key_metrics=key_metrics, group_level_metrics=groups
-            )
+    if _plain_metrics(data, extra_keys=True):
+        return AggregateMetrics.model_construct(
+            agent_metrics=data["agent_metrics"],
+            key_metrics=data["key_metrics"],
+            group_level_metrics=data["group_level_metrics"],
+        )
     return AggregateMetrics.model_validate(data)
+
+
+def _plain_metrics(data: Any, extra_keys: bool = False) -> bool:
+    """Whether ``data`` is :class:`AggregateMetrics`'s three containers as parsed JSON (a list of dicts among them),
+    which validating would take as they are; other keys (which the model ignores) only where ``extra_keys``."""
+    if type(data) is not dict or not (data.keys() >= _METRICS_FIELDS if extra_keys else data.keys() == _METRICS_FIELDS):
+        return False
+    groups = data["group_level_metrics"]
+    return (
+        type(data["agent_metrics"]) is dict
+        and type(data["key_metrics"]) is dict
+        and type(groups) is list
+        and all(type(group) is dict for group in groups)
+    )
+
+
+def _rows_only(raw: bytes) -> bool:
+    """Whether a body is exactly ``{"verify_responses": [objects]}``, what the collector sends; False for anything
+    else, JSON that only Python's parser takes (``NaN``) included."""
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return False
+    if type(data) is not dict or data.keys() != {"verify_responses"}:
+        return False
+    rows = data["verify_responses"]
+    return type(rows) is list and all(type(row) is dict for row in rows)

@@ -64,6 +64,11 @@ class BodyRoute(APIRoute):
     Set it as ``app.router.route_class`` before adding routes (``SimpleServer.create_app`` does).
     """
 
+    passthrough: Callable[[bytes], Coroutine[Any, Any, Response | None]] | None = None
+    """Tried with a JSON body's bytes before they are validated: its response is the answer, and None sends the
+    request on to the typed endpoint as if it had not been asked (an agent's ``/aggregate_metrics`` passes a run's
+    rows on this way, unparsed)."""
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._fast: tuple[_Fast, _Handler] | None = None
         self._fast_app: ASGIApp | None = None
@@ -201,7 +206,7 @@ def _plan(route: APIRoute) -> _Plan | None:
     return _Plan(call, field.name, model, dependant.request_param_name, dependant.response_param_name)
 
 
-def _fast_handler(route: APIRoute, plan: _Plan) -> _Fast:
+def _fast_handler(route: BodyRoute, plan: _Plan) -> _Fast:
     """The fast path of one route: its response, or None where FastAPI's general handler must answer instead."""
     call, model, body_name = plan.call, plan.model, plan.body_name
     request_name, response_name = plan.request_name, plan.response_name
@@ -239,6 +244,13 @@ def _fast_handler(route: APIRoute, plan: _Plan) -> _Fast:
             if not raw:
                 return None
             large = len(raw) >= heap.RELEASE_AFTER_BYTES
+            passthrough = route.passthrough
+            if passthrough is not None:
+                passed = await passthrough(raw)
+                if passed is not None:
+                    if large:
+                        passed.background = BackgroundTask(heap.release_after_response)
+                    return passed
             try:
                 values[body_name] = _validate_body(model, raw)
             except ValueError:  # ValidationError: FastAPI's own 422 (or its answer to JSON only Python's parser takes)

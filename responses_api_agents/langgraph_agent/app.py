@@ -29,7 +29,12 @@ from langgraph.graph.message import add_messages
 from pydantic import Field
 
 from nemo_gym.base_resources_server import BaseRunRequest
-from nemo_gym.base_responses_api_agent import BaseResponsesAPIAgentConfig, SimpleResponsesAPIAgent, add_usage
+from nemo_gym.base_responses_api_agent import (
+    BaseResponsesAPIAgentConfig,
+    SimpleResponsesAPIAgent,
+    add_usage,
+    forwards_aggregate_metrics,
+)
 from nemo_gym.config_types import AggregateMetrics, AggregateMetricsRequest, ModelServerRef, ResourcesServerRef
 from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParamsNonStreaming
 from nemo_gym.responses_converter import ResponsesConverter
@@ -184,6 +189,7 @@ class LangGraphAgent(SimpleResponsesAPIAgent):
         final = await self.run_graph(row["responses_create_params"], cookies, self.rollout_id_from_run(body))
         return await self.verify_rollout(resources, row, final, cookies)
 
+    @forwards_aggregate_metrics
     async def aggregate_metrics(self, body: AggregateMetricsRequest) -> AggregateMetrics:
         """Metric logic lives with the environment: ask the resources server."""
         return await self.resources_server_metrics(self.config.resources_server.name, body)

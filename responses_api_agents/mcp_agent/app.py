@@ -21,7 +21,12 @@ from mcp.types import CallToolResult, TextContent
 from pydantic import BaseModel, Field
 
 from nemo_gym.base_resources_server import NEMO_GYM_MCP_METADATA_KEY, BaseRunRequest
-from nemo_gym.base_responses_api_agent import BaseResponsesAPIAgentConfig, SimpleResponsesAPIAgent, add_usage
+from nemo_gym.base_responses_api_agent import (
+    BaseResponsesAPIAgentConfig,
+    SimpleResponsesAPIAgent,
+    add_usage,
+    forwards_aggregate_metrics,
+)
 from nemo_gym.config_types import AggregateMetrics, AggregateMetricsRequest, ModelServerRef, ResourcesServerRef
 from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParamsNonStreaming
 from nemo_gym.transport import access
@@ -109,6 +114,7 @@ class MCPAgent(SimpleResponsesAPIAgent):
             final = await self.run_loop(row["responses_create_params"], tools, cookies)
         return await self.verify_rollout(resources, row, final, cookies)
 
+    @forwards_aggregate_metrics
     async def aggregate_metrics(self, body: AggregateMetricsRequest) -> AggregateMetrics:
         """Metric logic lives with the environment: ask the resources server."""
         return await self.resources_server_metrics(self.config.resources_server.name, body)

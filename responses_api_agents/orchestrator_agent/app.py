@@ -16,7 +16,11 @@ from typing import Any
 from fastapi import Request, Response
 
 from nemo_gym.base_resources_server import BaseRunRequest
-from nemo_gym.base_responses_api_agent import BaseResponsesAPIAgentConfig, SimpleResponsesAPIAgent
+from nemo_gym.base_responses_api_agent import (
+    BaseResponsesAPIAgentConfig,
+    SimpleResponsesAPIAgent,
+    forwards_aggregate_metrics,
+)
 from nemo_gym.config_types import AgentServerRef, AggregateMetrics, AggregateMetricsRequest, ResourcesServerRef
 from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParamsNonStreaming
 from nemo_gym.transport.http_client import cookies_from, raise_for_status, response_json
@@ -60,6 +64,7 @@ class OrchestratorAgent(SimpleResponsesAPIAgent):
         final = await self.delegate(row["responses_create_params"], cookies)
         return await self.verify_rollout(resources, row, final, cookies)
 
+    @forwards_aggregate_metrics
     async def aggregate_metrics(self, body: AggregateMetricsRequest) -> AggregateMetrics:
         """Metric logic lives with the environment: ask the resources server."""
         return await self.resources_server_metrics(self.config.resources_server.name, body)
