@@ -28,7 +28,7 @@ from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParamsNo
 from nemo_gym.server_utils import SimpleServer
 from nemo_gym.server_utils import json_response as _json_response
 from nemo_gym.transport import http_client as _http
-from nemo_gym.transport.routes import BodyRoute
+from nemo_gym.transport.routes import BodyRoute as _BodyRoute
 
 __all__ = [
     "AggregateMetrics",
@@ -91,7 +91,7 @@ class SimpleResponsesAPIAgent(_MetricsHooks, SimpleServer):
         if (
             getattr(type(self).aggregate_metrics, _FORWARDS_METRICS, False)
             and resources
-            and isinstance(route, BodyRoute)
+            and isinstance(route, _BodyRoute)
         ):
             route.passthrough = functools.partial(self.forward_metrics, resources)
         return app

@@ -45,7 +45,7 @@ from nemo_gym.global_config import (
     maybe_get_global_config_dict,
 )
 from nemo_gym.observability.correlation import apply_rollout_prefix, rollout_path_prefix
-from nemo_gym.transport import access, heap, runtime
+from nemo_gym.transport import access, heap, local_socket, runtime
 from nemo_gym.transport.admission import in_admitted_request
 from nemo_gym.transport.routes import BodyRoute as _BodyRoute
 from nemo_gym.transport.routes import ServerApp as _ServerApp
@@ -483,7 +483,14 @@ class SimpleServer(BaseServer):
             return
         sock = runtime.inherited_socket(int(fd))
         logger.info("%s listening on http://%s:%s", name, *sock.getsockname()[:2])
-        uvicorn_server.run(sockets=[sock])
+        port = sock.getsockname()[1]
+        # Calls from this machine skip loopback TCP (transport/local_socket.py).
+        local = (
+            local_socket.listen(config.host, port, uvicorn_server.config.backlog)
+            if local_socket.wanted(global_config)
+            else None
+        )
+        uvicorn_server.run(sockets=[sock] if local is None else [sock, local])
 
 
 def raise_open_file_limit(target: int = 65535) -> None:

@@ -41,6 +41,7 @@ from aiohttp.streams import EMPTY_PAYLOAD
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
+from nemo_gym.transport import local_socket
 from nemo_gym.transport.admission import origin_of
 from nemo_gym.transport.types import TransportConfig
 
@@ -408,7 +409,8 @@ class _Pool:
     (:class:`~nemo_gym.transport.admission.FairLimiter`, ``limit_per_host``); here idle ones wait to be reused."""
 
     __slots__ = (
-        "_addresses", "_dns_expires", "_fixed", "_head", "_idle", "_open", "_sweep", "config", "host", "loop", "port",
+        "_addresses", "_dns_expires", "_fixed", "_head", "_idle", "_open", "_sweep", "_unix_address", "config", "host",
+        "loop", "port",
     )  # fmt: skip
 
     def __init__(self, loop: asyncio.AbstractEventLoop, authority: str, config: TransportConfig) -> None:
@@ -425,6 +427,8 @@ class _Pool:
         self._open: set[_Connection] = set()
         self._addresses: list[tuple[Any, ...]] = []
         self._dns_expires = 0.0
+        self._unix_address = local_socket.address(self.host, self.port)
+        """Where the server may listen beside its loopback port (:mod:`.local_socket`)."""
 
     async def send(
         self,
@@ -527,6 +531,10 @@ class _Pool:
         return connection
 
     async def _open_socket(self) -> socket.socket:
+        if self._unix_address is not None:
+            local = await local_socket.connect(self.loop, self._unix_address)
+            if local is not None:
+                return local
         last_error: OSError | None = None
         for family, sock_type, proto, _, address in await self._resolve():
             sock = socket.socket(family, sock_type, proto)

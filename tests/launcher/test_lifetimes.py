@@ -101,9 +101,13 @@ def model_server(run: psutil.Process) -> psutil.Process | None:
 
 
 def rollouts_waiting_on(model: psutil.Process) -> int:
-    """Connections the hung model server has accepted: each is a model call of a rollout in flight."""
+    """Connections the hung model server has accepted: each is a model call of a rollout in flight. Over TCP, or
+    over the Unix socket beside its port (a caller on this machine: transport/local_socket.py), whose accepted
+    connections carry the listener's name."""
     listening = {c.laddr.port for c in model.net_connections("tcp") if c.status == psutil.CONN_LISTEN}
-    return sum(1 for c in model.net_connections("tcp") if c.status == "ESTABLISHED" and c.laddr.port in listening)
+    tcp = sum(1 for c in model.net_connections("tcp") if c.status == "ESTABLISHED" and c.laddr.port in listening)
+    names = [c.laddr for c in model.net_connections("unix") if str(c.laddr).startswith("@nemo-gym-")]
+    return tcp + max(len(names) - len(set(names)), 0)  # less one listener per name
 
 
 @pytest.mark.parametrize("model_state", ["hung", "frozen"])

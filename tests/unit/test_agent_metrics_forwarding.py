@@ -72,7 +72,9 @@ class _Overriding(_Forwarding):
     """A subclass of a forwarding agent with its own ``aggregate_metrics``: that method must answer."""
 
     async def aggregate_metrics(self, body: AggregateMetricsRequest) -> AggregateMetrics:
-        return AggregateMetrics(agent_metrics={"own": len(body.verify_responses)}, key_metrics={}, group_level_metrics=[])
+        return AggregateMetrics(
+            agent_metrics={"own": len(body.verify_responses)}, key_metrics={}, group_level_metrics=[]
+        )
 
 
 def _ask(agent_class: type[_Typed], body: Any, answer: tuple[int, bytes]) -> tuple[Any, list[tuple[str, bytes]]]:
