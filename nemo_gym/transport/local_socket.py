@@ -2,8 +2,8 @@
 
 Each rollout crosses six HTTP hops between the run's processes (collector -> agent -> resources, model). Over loopback
 TCP every send runs the kernel's whole TCP path for both ends (segments, acknowledgements, timers); over a Unix socket
-it is a copy into the other end's queue. On the rollout benchmark (1,024 in flight, 2 cores) the servers and the
-collector used ~13% less CPU per rollout, in user time as well as in the kernel.
+it is a copy into the other end's queue. On the rollout benchmark (1,024 in flight, 2 cores, interleaved runs) the
+servers and the collector used 6-9% less CPU per rollout, and the machine as a whole (softirq time included) ~6%.
 
 A server started by the launcher on a loopback address (``127.x.y.z``, ``::1``, ``localhost``) also listens on the
 abstract Unix address ``nemo-gym-<host>-<port>`` (Linux): it has no file to leave behind, and like the loopback
