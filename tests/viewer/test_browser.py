@@ -22,9 +22,14 @@ def _by():
 
 
 def _wait(driver, condition) -> None:
+    """Until ``condition`` holds. An element the page replaced between finding it and reading it (a list re-rendered
+    by a search) is asked for again at the next poll, as a missing one is."""
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    WebDriverWait(driver, WAIT_S, poll_frequency=0.2).until(condition)
+    WebDriverWait(driver, WAIT_S, poll_frequency=0.2, ignored_exceptions=(StaleElementReferenceException,)).until(
+        condition
+    )
 
 
 def test_overview_filter_to_reward_zero_and_open_a_trajectory(tmp_path: Path, start_viewer, browser, shots) -> None:
