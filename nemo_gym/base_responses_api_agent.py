@@ -207,8 +207,9 @@ class SimpleResponsesAPIAgent(_MetricsHooks, SimpleServer):
         answer = await self.server_client.post(resources, "/aggregate_metrics", data=raw, headers=_JSON_BODY)
         _http.raise_for_status(answer, resources, "/aggregate_metrics")
         content = await answer.read()
-        if not _plain_metrics(orjson.loads(content)):
-            content = _metrics_answer(content).model_dump_json().encode()
+        data = orjson.loads(content)
+        if not _plain_metrics(data):
+            content = _metrics_from(data).model_dump_json().encode()
         return Response(content=content, media_type="application/json")
 
     @staticmethod
@@ -244,7 +245,11 @@ def _metrics_answer(raw: bytes) -> AggregateMetrics:
     (~0.5 GB at the peak). An answer of the model's own shape (its three containers, a list of dicts) is taken as
     parsed, which is what validating it would give; anything else goes through the model and fails exactly as before.
     """
-    data = orjson.loads(raw)
+    return _metrics_from(orjson.loads(raw))
+
+
+def _metrics_from(data: Any) -> AggregateMetrics:
+    """:func:`_metrics_answer` of a parsed answer."""
     if _plain_metrics(data, extra_keys=True):
         return AggregateMetrics.model_construct(
             agent_metrics=data["agent_metrics"],
