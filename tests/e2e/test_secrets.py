@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -22,6 +21,7 @@ import orjson
 import pytest
 
 from nemo_gym import INSTALL_DIR
+from nemo_gym.config.ports import probe_free_port
 from tests.helpers import run_headers, write
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -35,9 +35,9 @@ HANG_GUARD_S = 120
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A free port outside the kernel's ephemeral range, which the run's own outgoing connections draw from: one
+    from that range (bind to port 0) was once taken by such a connection before the server listened on it."""
+    return probe_free_port()
 
 
 @pytest.fixture
