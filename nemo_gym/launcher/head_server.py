@@ -81,7 +81,9 @@ class HeadServer:
     def __init__(self, app: Any, sock: socket.socket) -> None:
         self.sock = sock
         self.host, self.port = sock.getsockname()[:2]
-        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=2)
+        config = uvicorn.Config(
+            app, ws="none", log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=2
+        )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._run, name="nemo-gym-head-server", daemon=True)
         self._error: BaseException | None = None

@@ -23,6 +23,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, MutableMapping
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
     from yarl import URL
@@ -44,15 +45,26 @@ _NESTED_HEADER_KEY = NESTED_HEADER.lower().encode()
 _admitted: contextvars.ContextVar[bool] = contextvars.ContextVar("nemo_gym_admitted_request", default=False)
 
 
+_DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443}
+
+
 @lru_cache(maxsize=1024)
 def origin_of(url: str | URL) -> str:
-    """``scheme://host:port`` of a URL: what connections are pooled, and queued for, by."""
-    from yarl import URL  # here, not at the top: servers load this module for AdmissionMiddleware alone
+    """``scheme://host:port`` of a URL: what connections are pooled, and queued for, by.
 
+    Read with the standard library, not yarl: the model and resources servers only need this for the run token, and
+    yarl with its C parts costs each of them ~1 MB. A ``yarl.URL`` (from aiohttp) is read from its own fields.
+    """
     try:
-        parsed = url if isinstance(url, URL) else URL(url)
-        return f"{parsed.scheme}://{parsed.host}:{parsed.port}"
-    except (TypeError, ValueError):
+        if isinstance(url, str):
+            parts = urlsplit(url)
+            scheme, host, port = parts.scheme, parts.hostname, parts.port
+        else:
+            scheme, host, port = url.scheme, url.host, url.port
+        if port is None:
+            port = _DEFAULT_PORTS.get(scheme)
+        return f"{scheme}://{host}:{port}"
+    except (TypeError, ValueError, AttributeError):
         return str(url)
 
 

@@ -33,6 +33,7 @@ __all__ = [
     "max_active_requests",
     "tune_garbage_collector",
     "uvicorn_config",
+    "websocket_protocol",
 ]
 
 EVENT_LOOP_KEY = "server_event_loop"
@@ -145,6 +146,30 @@ def tune_garbage_collector(gen0_threshold: int = GC_GEN0_THRESHOLD) -> None:
     gc.set_threshold(gen0_threshold, gen1, gen2)
 
 
+def websocket_protocol(app: Any) -> str:
+    """``"none"`` for an app whose routes are all plain HTTP routes, else uvicorn's ``"auto"``.
+
+    uvicorn's default loads the ``websockets`` library into every server (~2.4 MB each) to answer upgrades that no
+    route here accepts. Any WebSocket route, or any route whose kind cannot be seen (a mounted ASGI app that is not a
+    router, a host route), keeps the default.
+    """
+    return "none" if _only_http_routes(getattr(app, "routes", None)) else "auto"
+
+
+def _only_http_routes(routes: Any) -> bool:
+    from starlette.routing import Mount, Route
+
+    if routes is None:
+        return False
+    for route in routes:
+        if isinstance(route, Mount):
+            if not _only_http_routes(getattr(route.app, "routes", None)):
+                return False
+        elif not isinstance(route, Route):
+            return False
+    return True
+
+
 def uvicorn_config(
     app: Any,
     host: str,
@@ -155,11 +180,13 @@ def uvicorn_config(
 ) -> uvicorn.Config:
     """uvicorn settings shared by every server; ``max_active`` bounds the outside requests handled at once, and
     ``outer`` wraps the whole (the access checks, so a refused request never waits for admission)."""
+    ws = websocket_protocol(app)
     app = AdmissionMiddleware(app, max_active) if max_active else app
     return uvicorn.Config(
         outer(app) if outer is not None else app,
         loop=event_loop_choice(global_config),
         http=http_protocol(),
+        ws=ws,
         host=host,
         port=port,
         log_level="debug" if global_config.get("verbose") else "info",

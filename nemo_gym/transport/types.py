@@ -29,7 +29,7 @@ class TransportConfig(BaseModel):
     (:func:`set_default_config`), when an event loop's session is created.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     connect_timeout_s: float = Field(default=10.0, gt=0)
     """Limit on opening one TCP connection. Waiting for a free pooled connection is not counted here (only the total

@@ -64,6 +64,7 @@ def test_origins_group_urls_by_server() -> None:
     assert origin_of("http://127.0.0.1:8000/verify") == origin_of("http://127.0.0.1:8000/seed_session")
     assert origin_of("http://127.0.0.1:8000/verify") != origin_of("http://127.0.0.1:8001/verify")
     assert origin_of("http://example.com/x") == "http://example.com:80"
+    assert origin_of("https://example.com/x") == "https://example.com:443"
     loop = asyncio.new_event_loop()
     try:
         gate = HostGate(3, loop)
@@ -123,3 +124,26 @@ async def test_waiting_for_a_connection_counts_against_the_deadline() -> None:
     assert slow.status == 200
     assert isinstance(queued, ServerTimeoutError)
     assert "before it was sent" in str(queued) and "limit_per_host" in str(queued)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:8000/verify",
+        "HTTP://Example.COM:81/a?b=c",
+        "https://api.openai.com/v1/responses",
+        "http://[::1]:9000/run",
+        "http://user:secret@host.internal:7000/x",
+        "http://localhost",
+    ],
+)
+def test_origins_read_without_yarl_match_yarl_s_reading(url: str) -> None:
+    from yarl import URL
+
+    parsed = URL(url)
+    assert origin_of(url) == f"{parsed.scheme}://{parsed.host}:{parsed.port}"
+    assert origin_of(parsed) == origin_of(url)  # aiohttp hands over its own URL objects
+
+
+def test_an_unreadable_url_is_its_own_origin() -> None:
+    assert origin_of("http://host:99999/") == "http://host:99999/"

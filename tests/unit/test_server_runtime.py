@@ -12,7 +12,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from fastapi import FastAPI
+from fastapi import FastAPI, WebSocket
 from fastapi.responses import StreamingResponse
 from omegaconf import OmegaConf
 from pydantic import BaseModel
@@ -223,6 +223,45 @@ def test_the_configured_event_loop_serves(loop_name: str) -> None:
     with asyncio.Runner(loop_factory=loop_factory) as runner:
         assert runner.run(one_request()) == 200
         assert type(runner.get_loop()).__module__.split(".")[0] == loop_name
+
+
+def test_an_app_without_websocket_routes_does_not_load_the_websocket_protocol() -> None:
+    plain = weather_app()
+    assert runtime.websocket_protocol(plain) == "none"
+    assert runtime.uvicorn_config(plain, "127.0.0.1", 0, {}).ws == "none"
+    mounted = FastAPI()
+    mounted.mount("/sub", weather_app())
+    assert runtime.websocket_protocol(mounted) == "none"
+
+
+def test_any_websocket_route_or_opaque_mount_keeps_uvicorn_s_websocket_support() -> None:
+    with_socket = FastAPI()
+
+    @with_socket.websocket("/ws")
+    async def echo(websocket: WebSocket) -> None:
+        await websocket.accept()
+        await websocket.send_text(await websocket.receive_text())
+        await websocket.close()
+
+    nested = FastAPI()
+    nested.mount("/sub", with_socket)
+    opaque = FastAPI()
+
+    async def raw_asgi(scope: Any, receive: Any, send: Any) -> None:
+        raise AssertionError("never called")
+
+    opaque.mount("/raw", raw_asgi)
+    for app in (with_socket, nested, opaque, raw_asgi):
+        assert runtime.websocket_protocol(app) == "auto"
+    assert runtime.uvicorn_config(with_socket, "127.0.0.1", 0, {}).ws == "auto"
+
+    async def round_trip() -> str:
+        async with serving(with_socket) as (url, _), aiohttp.ClientSession() as session:
+            async with session.ws_connect(f"{url.replace('http', 'ws', 1)}/ws") as ws:
+                await ws.send_str("ping")
+                return await asyncio.wait_for(ws.receive_str(), 30)  # a hang guard only
+
+    assert asyncio.run(round_trip()) == "ping"
 
 
 # --------------------------------------------------------------------------------------------------------------------
