@@ -1,18 +1,12 @@
 """The inputs of a collection run: every row checked and its rollouts written (``materialize.py``) before any
 rollout starts, from ``--input`` or from the agents' datasets of a split.
 
-Nothing here loads the HTTP machinery of the rollouts, so :func:`prepare_inputs_alongside` can check the rows in a
-forked child while the collect command itself loads that machinery.
+Nothing here loads the HTTP machinery of the rollouts, so ``forked_check.py`` can check the rows in a forked child
+while the collect command itself loads that machinery.
 """
 
 from __future__ import annotations
 
-import gc
-import os
-import pickle
-import signal
-import threading
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -120,58 +114,3 @@ def prepare_inputs(settings: RolloutCollectionConfig, config: ComposedConfig | D
             resume_fingerprint=recorded_fingerprint(output) if settings.resume_from_cache else None,
         )
     )
-
-
-def prepare_inputs_alongside(
-    settings: RolloutCollectionConfig, config: ComposedConfig | DictConfig, meanwhile: Callable[[], Any]
-) -> Materialized:
-    """:func:`prepare_inputs` in a forked child while this process runs ``meanwhile`` (the collect command loads its
-    HTTP machinery): on a second core the rows are checked and written in the time those imports take anyway.
-
-    The same function writes the same file either way, and this returns only once the child is done, so the file is
-    in place before any rollout can start. Where no child can be used (no ``fork``, other threads running) or the
-    child fails in any way (a bad row, a full disk), :func:`prepare_inputs` runs here, after ``meanwhile``, and raises
-    exactly what it raises.
-    """
-    if not hasattr(os, "fork") or threading.active_count() > 1:
-        meanwhile()
-        return prepare_inputs(settings, config)
-    read_fd, write_fd = os.pipe()  # the child leaves by os._exit: it never flushes the stdio buffers it inherits
-    pid = os.fork()
-    if pid == 0:
-        _child(settings, config, read_fd, write_fd)  # never returns
-    os.close(write_fd)
-    payload = b""
-    try:
-        meanwhile()
-        with os.fdopen(read_fd, "rb", closefd=False) as pipe:
-            payload = pipe.read()
-        _, status = os.waitpid(pid, 0)
-        pid = 0
-    finally:
-        os.close(read_fd)
-        if pid:  # interrupted: SIGINT lets the child remove its temporary file on its way out
-            os.kill(pid, signal.SIGINT)
-            os.waitpid(pid, 0)
-    if os.waitstatus_to_exitcode(status) == 0 and payload:
-        materialized = pickle.loads(payload)
-        if isinstance(materialized, Materialized):
-            return materialized
-    return prepare_inputs(settings, config)
-
-
-def _child(settings: RolloutCollectionConfig, config: ComposedConfig | DictConfig, read_fd: int, write_fd: int) -> None:
-    """The forked child of :func:`prepare_inputs_alongside`: it never returns into the caller's code (whose ``finally``
-    blocks, such as the output's lock, are the parent's), and exits 0 only with its result written."""
-    code = 1
-    try:
-        gc.freeze()  # collections here never walk the parent's objects (which would copy their pages)
-        os.close(read_fd)
-        payload = pickle.dumps(prepare_inputs(settings, config))
-        with os.fdopen(write_fd, "wb") as pipe:
-            pipe.write(payload)
-        code = 0
-    except BaseException:
-        pass
-    finally:
-        os._exit(code)

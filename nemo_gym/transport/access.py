@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from nemo_gym.errors import ConfigError
-from nemo_gym.transport.admission import origin_of
+from nemo_gym.transport.origins import origin_of
 
 __all__ = [
     "AUTH_KEY",

@@ -21,12 +21,9 @@ import asyncio
 import contextvars
 from collections import deque
 from collections.abc import Awaitable, Callable, MutableMapping
-from functools import lru_cache
-from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+from typing import Any
 
-if TYPE_CHECKING:
-    from yarl import URL
+from nemo_gym.transport.origins import origin_of as origin_of  # re-exported: where callers have found it
 
 __all__ = [
     "NESTED_HEADER",
@@ -43,29 +40,6 @@ NESTED_HEADER = "X-NeMo-Gym-Nested"
 _NESTED_HEADER_KEY = NESTED_HEADER.lower().encode()
 
 _admitted: contextvars.ContextVar[bool] = contextvars.ContextVar("nemo_gym_admitted_request", default=False)
-
-
-_DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443}
-
-
-@lru_cache(maxsize=1024)
-def origin_of(url: str | URL) -> str:
-    """``scheme://host:port`` of a URL: what connections are pooled, and queued for, by.
-
-    Read with the standard library, not yarl: the model and resources servers only need this for the run token, and
-    yarl with its C parts costs each of them ~1 MB. A ``yarl.URL`` (from aiohttp) is read from its own fields.
-    """
-    try:
-        if isinstance(url, str):
-            parts = urlsplit(url)
-            scheme, host, port = parts.scheme, parts.hostname, parts.port
-        else:
-            scheme, host, port = url.scheme, url.host, url.port
-        if port is None:
-            port = _DEFAULT_PORTS.get(scheme)
-        return f"{scheme}://{host}:{port}"
-    except (TypeError, ValueError, AttributeError):
-        return str(url)
 
 
 class QueueTimeout(TimeoutError):

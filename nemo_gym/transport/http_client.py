@@ -35,7 +35,8 @@ from pydantic import BaseModel
 from yarl import URL
 
 from nemo_gym.transport import access, lean_client
-from nemo_gym.transport.admission import NESTED_HEADER, HostGate, QueueTimeout, origin_of
+from nemo_gym.transport.admission import NESTED_HEADER, HostGate, QueueTimeout
+from nemo_gym.transport.origins import origin_of
 from nemo_gym.transport.types import (
     ServerRequestError,
     ServerTimeoutError,

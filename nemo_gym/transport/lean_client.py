@@ -42,7 +42,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
 from nemo_gym.transport import local_socket
-from nemo_gym.transport.admission import origin_of
+from nemo_gym.transport.origins import origin_of
 from nemo_gym.transport.types import TransportConfig
 
 __all__ = [

@@ -20,7 +20,6 @@ import aiohttp
 from yarl import URL
 
 from nemo_gym.transport import access
-from nemo_gym.transport.admission import origin_of
 from nemo_gym.transport.http_client import (
     _backoff_s,
     _final_error,
@@ -29,6 +28,7 @@ from nemo_gym.transport.http_client import (
     raise_for_status,
     status_error,
 )
+from nemo_gym.transport.origins import origin_of
 from nemo_gym.transport.types import get_default_config
 
 __all__ = ["check_status", "request"]

@@ -59,15 +59,22 @@ RUN_FLAGS = (
 
 
 def run(invocation: Invocation) -> int:
-    from nemo_gym.config.compose import ComposeOptions, compose
-    from nemo_gym.jsonl import check_writable_output
-    from nemo_gym.rollouts.claim import claim_output
-    from nemo_gym.rollouts.config import RolloutCollectionConfig
-    from nemo_gym.rollouts.fd_limit import check_open_file_limit
-
-    stderr = err_console
     if invocation.get("no_serve"):
-        from nemo_gym.rollouts.inputs import prepare_inputs_alongside
+        return _collect_from_running_servers(invocation)
+    return _start_servers_and_collect(invocation)
+
+
+def _collect_from_running_servers(invocation: Invocation) -> int:
+    from nemo_gym.rollouts.forked_check import ForkedRowCheck
+
+    # Forked before anything else is imported: the child loads what checking rows needs while this process loads and
+    # composes the config and asks the head server for the running one.
+    with ForkedRowCheck() as row_check:
+        from nemo_gym.config.compose import ComposeOptions, compose
+        from nemo_gym.jsonl import check_writable_output
+        from nemo_gym.rollouts.claim import claim_output
+        from nemo_gym.rollouts.config import RolloutCollectionConfig
+        from nemo_gym.rollouts.fd_limit import check_open_file_limit
 
         composed = compose(ComposeOptions(overrides=invocation.overrides, dummy_model=True))
         settings = invocation.settings(RolloutCollectionConfig, composed.config)
@@ -78,15 +85,22 @@ def run(invocation: Invocation) -> int:
             with claim_output(settings):  # held until the metrics are written: one writer per output
                 running = _head_server_config(composed)
                 # The rows are checked and written while the HTTP machinery of the rollouts is imported here.
-                materialized = prepare_inputs_alongside(settings, running, meanwhile=_load_collection)
+                materialized = row_check.run(settings, running, meanwhile=_load_collection)
                 from nemo_gym.rollouts.run import run_collection, tune_garbage_collector
 
                 tune_garbage_collector()
                 return run_collection(settings, running, materialized=materialized)
 
-        return _run_reporting(collect, settings, stderr)
+        return _run_reporting(collect, settings, err_console)
 
+
+def _start_servers_and_collect(invocation: Invocation) -> int:
+    from nemo_gym.config.compose import ComposeOptions, compose
+    from nemo_gym.jsonl import check_writable_output
     from nemo_gym.launcher import running_servers
+    from nemo_gym.rollouts.claim import claim_output
+    from nemo_gym.rollouts.config import RolloutCollectionConfig
+    from nemo_gym.rollouts.fd_limit import check_open_file_limit
     from nemo_gym.rollouts.run import prepare_inputs, run_collection
 
     composed = compose(
@@ -99,11 +113,13 @@ def run(invocation: Invocation) -> int:
     def start_and_collect() -> RunResult:
         with claim_output(settings):  # held until the metrics are written: one writer per output
             materialized = prepare_inputs(settings, composed)  # a bad row is reported before any server starts
-            stderr.print(f"Starting servers (logs in {Path(composed.config.results_dir) / 'logs'}) …", markup=False)
+            err_console.print(
+                f"Starting servers (logs in {Path(composed.config.results_dir) / 'logs'}) …", markup=False
+            )
             with running_servers(config=composed) as launcher:
                 return run_collection(settings, launcher.composed, materialized=materialized)
 
-    return _run_reporting(start_and_collect, settings, stderr)
+    return _run_reporting(start_and_collect, settings, err_console)
 
 
 def _load_collection() -> None:
