@@ -118,9 +118,14 @@ def summarize(values: Sequence[float], name: str) -> dict[str, float]:
 
 
 def summarize_rows(rows: Iterable[dict[str, Any]]) -> dict[str, float]:
+    return _summarize_numbers(numeric_fields(row) for row in rows)
+
+
+def _summarize_numbers(numbers: Iterable[dict[str, float]]) -> dict[str, float]:
+    """:func:`summarize_rows` of rows already read by :func:`numeric_fields`."""
     columns: dict[str, list[float]] = defaultdict(list)
-    for row in rows:
-        for key, value in numeric_fields(row).items():
+    for values in numbers:
+        for key, value in values.items():
             columns[key].append(value)
     result: dict[str, float] = {}
     for name in sorted(columns):
@@ -160,13 +165,13 @@ def pass_metrics(groups: dict[int, list[dict[str, Any]]], success_threshold: flo
     if not groups:
         return {}
     smallest = min(len(rows) for rows in groups.values())
+    counts = [
+        (len(rows), sum(float(r.get("reward", 0)) >= success_threshold for r in rows)) for rows in groups.values()
+    ]
     result: dict[str, float] = {}
     k = 1
     while k <= smallest:
-        result[f"pass@{k}"] = statistics.fmean(
-            pass_at_k(len(rows), sum(float(r.get("reward", 0)) >= success_threshold for r in rows), k)
-            for rows in groups.values()
-        )
+        result[f"pass@{k}"] = statistics.fmean(pass_at_k(samples, correct, k) for samples, correct in counts)
         k *= 2
     result[f"pass@1[avg-of-{smallest}]"] = statistics.fmean(
         statistics.fmean(float(r.get("reward", 0)) for r in rows[:smallest]) for rows in groups.values()
@@ -208,11 +213,17 @@ def aggregate_verify_responses(rows: list[dict[str, Any]], answer_key: str | Non
     majority@k becomes a key metric.
     """
     groups = group_by_task(rows)
-    agent_metrics = summarize_rows(rows) | pass_metrics(groups) | {"num_rollouts": len(rows), "num_tasks": len(groups)}
+    numbers = {id(row): numeric_fields(row) for row in rows}  # read once, summarized overall and per task
+    agent_metrics = (
+        _summarize_numbers(numbers.values())
+        | pass_metrics(groups)
+        | {"num_rollouts": len(rows), "num_tasks": len(groups)}
+    )
     if answer_key is not None:
         agent_metrics |= majority_metrics(groups, answer_key)
     group_level = [
-        {TASK_INDEX_KEY_NAME: task, "num_rollouts": len(task_rows)} | summarize_rows(task_rows)
+        {TASK_INDEX_KEY_NAME: task, "num_rollouts": len(task_rows)}
+        | _summarize_numbers(numbers[id(row)] for row in task_rows)
         for task, task_rows in groups.items()
     ]
     # Built here from plain dicts of floats, so validating would only copy them: one dict per task, ~85 MB at 65,536.

@@ -193,3 +193,40 @@ def test_pool_cancels_every_worker_when_one_fails():
 
     assert asyncio.run(asyncio.wait_for(main(), 60)) == 0  # no worker left behind
     assert cancelled == 2
+
+
+def test_the_rows_kept_for_metrics_are_the_bytes_the_output_gives_back(tmp_path):
+    """What the run's end sends to ``/aggregate_metrics`` is the same whether the rows were kept as they were written
+    or read back from the output; a resume, whose output also holds an earlier run's rows, reads them back."""
+    from nemo_gym.rollouts.aggregate import encoded_rows_by_agent
+
+    materialized = _materialize(tmp_path, "kept")
+    output = materialized.path.with_name("out.jsonl")
+    usage = {"input_tokens": 3, "output_tokens": 2, "total_tokens": 5}
+    extra = {"response": {"output": [{"type": "message", "content": "ü ✓"}], "usage": usage}, "score": 1e-07}
+
+    async def run(agent: Agent, resume: bool) -> RolloutCollector:
+        options = CollectionOptions(
+            output, concurrency=4, resume=resume, show_progress=False, rollout_timeout_s=60, keep_rows_for_metrics=True
+        )
+        collector = RolloutCollector(materialized, {"a": agent.url}, options)
+        try:
+            await collector.run()
+        finally:
+            await http_client.close_session()
+        return collector
+
+    first_output = tmp_path / "first.jsonl"
+
+    async def main() -> tuple[RolloutCollector, RolloutCollector]:
+        async with Agent(fail={(1, 1)}, extra=extra) as agent:
+            first = await run(agent, resume=False)
+            first_output.write_bytes(output.read_bytes())
+            return first, await run(agent, resume=True)
+
+    first, resumed = asyncio.run(asyncio.wait_for(main(), 60))
+    assert first.rows_for_metrics is not None and resumed.rows_for_metrics is None
+    kept = first.rows_for_metrics["a"]
+    kept.sort()
+    assert len(kept) == 5 and b'"usage"' in kept.request_body() and b'"output"' not in kept.request_body()
+    assert kept.request_body() == encoded_rows_by_agent([first_output])["a"].request_body()
