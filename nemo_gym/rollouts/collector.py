@@ -39,7 +39,6 @@ from tqdm import tqdm
 from nemo_gym.config.datasets import AGENT_REF_KEY
 from nemo_gym.jsonl import JsonlWriter, drop_repeated_rows, iter_jsonl, iter_jsonl_lines, repair_tail, write_json_atomic
 from nemo_gym.observability.capture import CAPTURE_KEY, OBSERVATIONS_KEY, TRAJECTORY_KEY
-from nemo_gym.rollouts.aggregate import EncodedRows, strip_row
 from nemo_gym.rollouts.breaker import Breakers, Server
 from nemo_gym.rollouts.config import DEFAULT_CONCURRENCY, DEFAULT_SERVER_DOWN_DEADLINE_S
 from nemo_gym.rollouts.materialize import (
@@ -89,9 +88,6 @@ class CollectionOptions:
     a server missing here is still probed, by the address its failure names."""
     server_down_deadline_s: float = DEFAULT_SERVER_DOWN_DEADLINE_S
     """How long a down server may stay down before the run stops (``--server-down-deadline``)."""
-    keep_rows_for_metrics: bool = False
-    """Keep each scored row, stripped and encoded for ``/aggregate_metrics``, as it is written
-    (:attr:`RolloutCollector.rows_for_metrics`)."""
 
 
 @dataclass
@@ -141,10 +137,6 @@ class RolloutCollector:
         self.summary = CollectionSummary(options.output_path, failures_path(options.output_path))
         self._reward_sums: dict[str, list[float]] = {}
         self._transport = TransportConfig(total_timeout_s=options.rollout_timeout_s, max_attempts=1)
-        self.rows_for_metrics: dict[str, EncodedRows] | None = None
-        """With ``keep_rows_for_metrics``, every row this run scored, by agent, as :func:`encoded_rows_by_agent`
-        would read it back from the output (the run's end then needs no second pass over a file of whole
-        trajectories); None when the output holds rows of an earlier run too (a resume), which only the file has."""
 
     # -- state ---------------------------------------------------------------------------------------------------
 
@@ -202,8 +194,6 @@ class RolloutCollector:
 
     async def run(self) -> CollectionSummary:
         state = self._prepare_files()
-        if self.options.keep_rows_for_metrics and not state.done:
-            self.rows_for_metrics = {}
         exhausted = {k for k, n in state.attempts.items() if n >= self.options.max_attempts} | state.terminal
         total = self.materialized.num_rows - len(state.done) - len(exhausted - state.done)
         started = time.monotonic()
@@ -258,8 +248,6 @@ class RolloutCollector:
         if self.options.capture_dirs or _has_observations(result):
             add_observations(pending.row(), result, self.options.capture_dirs)
         self._output.write(result)
-        if self.rows_for_metrics is not None:
-            self.rows_for_metrics.setdefault(agent, EncodedRows()).append(strip_row(result))
         self.summary.succeeded += 1
         sums = self._reward_sums.setdefault(agent, [0.0, 0])
         sums[0] += float(result["reward"])

@@ -98,7 +98,6 @@ def run_collection(
         rollout_timeout_s=settings.rollout_timeout_seconds,
         show_progress=show_progress,
         capture_dirs=capture_dirs_from_config(composed.config),
-        keep_rows_for_metrics=not settings.disable_aggregation,
     )
     with asyncio.Runner(loop_factory=collector_loop_factory()) as runner:
         return runner.run(_collect_and_aggregate(materialized, urls, options, settings.disable_aggregation))
@@ -132,16 +131,10 @@ async def _collect_and_aggregate(
     materialized: Materialized, urls: dict[str, str], options: CollectionOptions, disable_aggregation: bool
 ) -> RunResult:
     try:
-        collector = RolloutCollector(materialized, urls, options)
-        summary = await collector.run()
+        summary = await RolloutCollector(materialized, urls, options).run()
         metrics = metrics_path = None
         if not disable_aggregation and options.output_path.exists():
-            grouped = collector.rows_for_metrics
-            if grouped is None:
-                grouped = encoded_rows_by_agent([options.output_path])
-            else:
-                for rows in grouped.values():
-                    rows.sort()  # (task, rollout) order, as read back from the file, whatever order they finished in
+            grouped = encoded_rows_by_agent([options.output_path])
             if grouped:
                 metrics = await compute_metrics(grouped, urls)
                 metrics_path = aggregate_metrics_path(options.output_path)
