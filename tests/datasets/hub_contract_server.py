@@ -18,7 +18,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -29,6 +28,8 @@ from urllib.parse import unquote
 import uvicorn
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
+
+from nemo_gym.config.ports import probe_free_port
 
 INITIAL_FILES = {".gitattributes": b"*.jsonl filter=lfs diff=lfs merge=lfs -text\n"}
 
@@ -97,9 +98,7 @@ class HubContractServer:
     # -- lifecycle ------------------------------------------------------------------------------------------------
 
     def start(self, timeout_s: float = 120.0) -> HubContractServer:  # a hang guard: returns once it is up
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
+        self.port = probe_free_port()  # outside the ephemeral range, which outgoing connections take ports from
         config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off")
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, name="hub-contract-server", daemon=True)

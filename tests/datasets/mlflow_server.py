@@ -10,13 +10,14 @@ import contextlib
 import importlib.util
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+
+from nemo_gym.config.ports import probe_free_port
 
 STARTUP_TIMEOUT_S = 240.0
 """Cold starts import a lot (about 10 s on an idle 2-core machine, several times that on a loaded one)."""
@@ -31,9 +32,7 @@ def mlflow_server_missing() -> str | None:
 
 
 def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+    return probe_free_port()  # outside the ephemeral range, which outgoing connections take ports from
 
 
 def _healthy(url: str) -> bool:

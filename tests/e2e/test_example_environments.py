@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from nemo_gym import INSTALL_DIR
+from nemo_gym.config.ports import probe_free_port
 from nemo_gym.launcher import running_servers
 from nemo_gym.transport import access
 from tests.helpers import run_headers, write
@@ -119,11 +120,7 @@ def test_gym_env_start_cli_serves_a_rollout_and_stops_on_sigterm(workdir):
 
 
 def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    return probe_free_port()  # outside the ephemeral range, which outgoing connections take ports from
 
 
 def _wait_for_instances(head_port: int, launcher: subprocess.Popen) -> list[dict[str, Any]]:

@@ -27,7 +27,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -39,6 +38,7 @@ import pytest
 
 from nemo_gym import INSTALL_DIR
 from nemo_gym.cli.commands import ALL_COMMANDS
+from nemo_gym.config.ports import probe_free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -176,9 +176,7 @@ def copy_repository(target: Path) -> Path:
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    return probe_free_port()  # outside the ephemeral range, which outgoing connections take ports from
 
 
 @dataclass

@@ -13,7 +13,6 @@ import contextlib
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -25,6 +24,7 @@ import psutil
 import pytest
 
 from nemo_gym import PARENT_DIR
+from nemo_gym.config.ports import probe_free_port
 
 RAY = Path(sys.executable).parent / "ray"
 HANG_GUARD_S = 120.0
@@ -33,14 +33,10 @@ OBJECT_STORE_BYTES = 100 * 1024 * 1024
 
 
 def _free_ports(count: int) -> list[int]:
-    sockets = []
+    """Distinct free ports outside the ephemeral range, which outgoing connections take ports from."""
+    ports: list[int] = []
     for _ in range(count):
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        sockets.append(sock)
-    ports = [s.getsockname()[1] for s in sockets]
-    for sock in sockets:
-        sock.close()
+        ports.append(probe_free_port(disallowed=ports))
     return ports
 
 

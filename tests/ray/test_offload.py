@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -24,6 +23,7 @@ import httpx
 import pytest
 
 from nemo_gym import PARENT_DIR
+from nemo_gym.config.ports import probe_free_port
 from resources_servers.math_with_judge.tests.test_concurrency import LOAD, verify_row
 from tests.ray.conftest import RayCluster
 
@@ -77,9 +77,7 @@ uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
 
 
 def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    return probe_free_port()  # outside the ephemeral range, which outgoing connections take ports from
 
 
 def _wait_until_up(server: subprocess.Popen, url: str) -> None:

@@ -10,10 +10,11 @@ in place by then.
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 from pathlib import Path
+
+from nemo_gym.config.ports import probe_free_port
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -70,9 +71,7 @@ that ``config/override_literals.py`` reads)."""
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return probe_free_port()  # outside the ephemeral range, which outgoing connections take ports from
 
 
 def _probe(code: str, args: list[str], cwd: Path) -> dict:

@@ -9,6 +9,7 @@ import socket
 
 import pytest
 
+from nemo_gym.config.ports import probe_free_port
 from nemo_gym.errors import ConfigError
 from nemo_gym.transport import local_socket
 
@@ -23,9 +24,7 @@ async def _connect(name: str) -> socket.socket | None:
 
 
 def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return probe_free_port()  # outside the ephemeral range, which outgoing connections take ports from
 
 
 @pytest.mark.parametrize(
