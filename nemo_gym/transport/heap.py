@@ -15,7 +15,14 @@ import gc
 import time
 from collections.abc import Callable
 
-__all__ = ["RELEASE_AFTER_BYTES", "MIN_INTERVAL_S", "release_after_response", "release_freed_memory", "release_soon"]
+__all__ = [
+    "RELEASE_AFTER_BYTES",
+    "MIN_INTERVAL_S",
+    "release_after_response",
+    "release_freed_memory",
+    "release_read_pieces",
+    "release_soon",
+]
 
 RELEASE_AFTER_BYTES = 1 << 20
 """A request body from this size on is followed, once it has been answered, by a release."""
@@ -56,6 +63,22 @@ def release_freed_memory() -> bool:
         return False
     trim(0)
     return True
+
+
+def release_read_pieces() -> None:
+    """Once a large body has been read and its pieces joined: hand back the pages the pieces held, before the work on
+    the body (parsing it, forwarding it) begins. No garbage collection, nothing else has been freed yet: glibc's
+    ``malloc_trim(0)`` alone, spaced like the other releases (:data:`MIN_INTERVAL_S`). At a run's end the agent
+    forwarding ``/aggregate_metrics`` and the resources server parsing it each held ~3.4 MB of freed pieces of the
+    10,000 rows' body while the other worked: the stack's peak."""
+    global _last_release
+    now = time.monotonic()
+    if now - _last_release < MIN_INTERVAL_S:
+        return
+    trim = _malloc_trim()
+    if trim is not None:
+        _last_release = now
+        trim(0)
 
 
 def release_soon() -> None:

@@ -347,6 +347,9 @@ async def _read_body(request: Request) -> bytes:
             request._is_disconnected = True
             raise ClientDisconnect()
     body = request._body = b"".join(chunks)
+    if len(body) >= heap.RELEASE_AFTER_BYTES and len(chunks) > 1:
+        chunks.clear()
+        heap.release_read_pieces()
     return body
 
 

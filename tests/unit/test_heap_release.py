@@ -109,3 +109,33 @@ def test_the_c_library_trims_on_linux(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(heap, "_trim", heap._UNLOADED)
     monkeypatch.setattr(heap, "_pending", None)
     assert heap.release_freed_memory() is True
+
+
+def _read(pieces: list[bytes]) -> bytes:
+    """``_read_body`` of a request whose body arrives in ``pieces``, as uvicorn hands a large one over."""
+    from starlette.requests import Request
+
+    from nemo_gym.transport.routes import _read_body
+
+    messages = [
+        {"type": "http.request", "body": piece, "more_body": i < len(pieces) - 1} for i, piece in enumerate(pieces)
+    ]
+
+    async def receive() -> dict[str, Any]:
+        return messages.pop(0)
+
+    return asyncio.run(_read_body(Request({"type": "http", "method": "POST", "headers": []}, receive)))
+
+
+def test_the_pieces_of_a_large_body_are_handed_back_once_joined(releases: list[int]) -> None:
+    pieces = [bytes([i]) * (heap.RELEASE_AFTER_BYTES // 4) for i in range(5)]
+    assert _read(pieces) == b"".join(pieces)
+    assert releases == [0]  # before the route's work on the body begins
+    assert _read(pieces) == b"".join(pieces)
+    assert releases == [0]  # spaced like every release: the next one waits MIN_INTERVAL_S
+
+
+def test_a_small_body_or_one_in_a_single_piece_hands_nothing_back(releases: list[int]) -> None:
+    assert _read([b"x" * 1000, b"y" * 1000]) == b"x" * 1000 + b"y" * 1000
+    assert _read([b"z" * heap.RELEASE_AFTER_BYTES]) == b"z" * heap.RELEASE_AFTER_BYTES  # nothing was freed
+    assert releases == []
