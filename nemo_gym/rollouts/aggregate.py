@@ -68,6 +68,19 @@ class EncodedRows:
     def request_body(self) -> bytes:
         return b'{"verify_responses":[' + b",".join(raw for _, raw in self._rows) + b"]}"
 
+    def take_request_body(self) -> bytes:
+        """:meth:`request_body`, leaving this empty: while the servers compute the metrics (the peak of a run's
+        memory) the rows are held once, as the body; :func:`rows_of_body` reads them back from it if need be."""
+        body = self.request_body()
+        self._rows = []
+        return body
+
+
+def rows_of_body(body: bytes) -> list[dict[str, Any]]:
+    """The rows of a ``/aggregate_metrics`` body."""
+    rows: list[dict[str, Any]] = orjson.loads(body)["verify_responses"]
+    return rows
+
 
 def _order(row: dict[str, Any]) -> tuple[Any, Any]:
     return row.get("_ng_task_index", 0), row.get("_ng_rollout_index", 0)
@@ -110,23 +123,25 @@ async def compute_metrics(
     results = []
     for agent, rows in sorted(grouped.items()):
         url = (agent_urls or {}).get(agent)
-        metrics = await _metrics_from_server(agent, url, rows) if url else None
+        metrics = None
+        if url:
+            if isinstance(rows, EncodedRows):  # they become the body (and are emptied): held once while servers work
+                body = rows.take_request_body()
+                metrics = await _metrics_from_server(agent, url, body)
+                if metrics is None:
+                    rows = rows_of_body(body)
+            else:
+                metrics = await _metrics_from_server(agent, url, http_client.dumps({"verify_responses": rows}))
         if metrics is None:
             metrics = aggregate_verify_responses(rows.decoded() if isinstance(rows, EncodedRows) else rows)
         results.append({AGENT_REF_KEY: {"type": "responses_api_agents", "name": agent}, **metrics.model_dump()})
     return results
 
 
-async def _metrics_from_server(
-    agent: str, url: str, rows: list[dict[str, Any]] | EncodedRows
-) -> AggregateMetrics | None:
-    """The environment's own metrics; None (with a warning) if its server cannot answer, so a finished run still
-    gets the default metrics rather than none."""
+async def _metrics_from_server(agent: str, url: str, body: bytes) -> AggregateMetrics | None:
+    """The environment's own metrics for the rows in ``body``; None (with a warning) if its server cannot answer,
+    so a finished run still gets the default metrics rather than none."""
     try:
-        if isinstance(rows, EncodedRows):
-            body = rows.request_body()
-        else:
-            body = http_client.dumps({"verify_responses": rows})
         answer = await http_client.request(
             "POST", f"{url}/aggregate_metrics", data=body, headers=_JSON_BODY, server_name=agent,
             url_path="/aggregate_metrics",

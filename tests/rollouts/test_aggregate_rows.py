@@ -56,3 +56,51 @@ def test_a_kept_row_costs_about_its_length() -> None:
         tracemalloc.stop()
     assert kept[0] == orjson.dumps(row)
     assert per_row < 2 * len(kept[0])
+
+
+def test_the_metrics_are_the_same_from_the_server_and_computed_here_and_the_rows_are_held_once(
+    tmp_path: Path,
+) -> None:
+    """An agent's rows become the ``/aggregate_metrics`` body (the EncodedRows are emptied, so a run's end holds them
+    once); when its server cannot answer, the same rows are read back from that body and the metrics computed here."""
+    import asyncio
+
+    from aiohttp import web
+
+    from nemo_gym.metrics import aggregate_verify_responses
+    from nemo_gym.rollouts.aggregate import compute_metrics
+
+    path = _write(tmp_path / "out.jsonl")
+    expected = {agent: aggregate_verify_responses(rows).model_dump() for agent, rows in rows_by_agent([path]).items()}
+    bodies: list[bytes] = []
+
+    async def aggregate(request: web.Request) -> web.Response:
+        bodies.append(await request.read())
+        rows = orjson.loads(bodies[-1])["verify_responses"]
+        return web.json_response(aggregate_verify_responses(rows).model_dump())
+
+    async def main() -> tuple[list, list, list]:
+        app = web.Application()
+        app.router.add_post("/aggregate_metrics", aggregate)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        up = f"http://127.0.0.1:{runner.addresses[0][1]}"
+        try:
+            served = encoded_rows_by_agent([path])
+            sent = {agent: rows.request_body() for agent, rows in served.items()}
+            from_server = await compute_metrics(served, {agent: up for agent in served})
+            assert all(len(rows) == 0 for rows in served.values())  # held once: as the bodies
+            assert sorted(bodies) == sorted(sent.values())
+        finally:
+            await runner.cleanup()
+        down = encoded_rows_by_agent([path])  # the same server, stopped: nothing answers there now
+        computed_here = await compute_metrics(down, {agent: up for agent in down})
+        no_server = await compute_metrics(encoded_rows_by_agent([path]))
+        await http_client.close_session()
+        return from_server, computed_here, no_server
+
+    for metrics in asyncio.run(asyncio.wait_for(main(), 60)):
+        assert {
+            entry["agent_ref"]["name"]: {k: v for k, v in entry.items() if k != "agent_ref"} for entry in metrics
+        } == (expected)
