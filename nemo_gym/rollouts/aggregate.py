@@ -21,17 +21,20 @@ from rich.table import Table
 from nemo_gym.config.datasets import AGENT_REF_KEY
 from nemo_gym.jsonl import iter_jsonl, write_json_atomic
 from nemo_gym.metrics import AggregateMetrics, aggregate_verify_responses
+from nemo_gym.observability.capture import CAPTURE_KEY, OBSERVATIONS_KEY, TRAJECTORY_KEY
 from nemo_gym.rollouts.outputs import aggregate_metrics_path as aggregate_metrics_path  # re-exported
 from nemo_gym.transport import http_client
 
 logger = logging.getLogger(__name__)
 
-HEAVY_FIELDS = ("response", "responses_create_params")
+HEAVY_FIELDS = frozenset({"response", "responses_create_params", OBSERVATIONS_KEY, CAPTURE_KEY, TRAJECTORY_KEY})
+"""Left out of the rows ``/aggregate_metrics`` gets, as NeMo Gym leaves them out: the trajectory and the create params,
+and what observability recorded with a rollout (its model calls, the agent's observations, the trajectory file)."""
 _JSON_BODY = {"Content-Type": "application/json"}
 
 
 def strip_row(row: dict[str, Any]) -> dict[str, Any]:
-    """A rollout row without its trajectory and create params, keeping ``response.usage`` for token statistics."""
+    """A rollout row without its :data:`HEAVY_FIELDS`, keeping ``response.usage`` for token statistics."""
     stripped = {k: v for k, v in row.items() if k not in HEAVY_FIELDS}
     response = row.get("response")
     if isinstance(response, dict) and response.get("usage"):

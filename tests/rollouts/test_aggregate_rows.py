@@ -104,3 +104,26 @@ def test_the_metrics_are_the_same_from_the_server_and_computed_here_and_the_rows
         assert {
             entry["agent_ref"]["name"]: {k: v for k, v in entry.items() if k != "agent_ref"} for entry in metrics
         } == (expected)
+
+
+def test_what_observability_recorded_is_left_out_of_the_rows_as_nemo_gym_leaves_it_out() -> None:
+    from nemo_gym.observability.capture import CAPTURE_KEY, OBSERVATIONS_KEY, TRAJECTORY_KEY
+    from nemo_gym.rollouts.aggregate import strip_row
+
+    usage = {"input_tokens": 3, "output_tokens": 2, "total_tokens": 5}
+    row = {
+        "reward": 1.0,
+        "_ng_task_index": 0,
+        "responses_create_params": {"input": "q"},
+        "response": {"output": [{"type": "message"}], "usage": usage},
+        CAPTURE_KEY: [{"request": "x" * 1000}],
+        OBSERVATIONS_KEY: [{"step": 1}],
+        TRAJECTORY_KEY: "runs/a/trajectory.jsonl",
+        "extracted_answer": "42",
+    }
+    assert strip_row(row) == {
+        "reward": 1.0,
+        "_ng_task_index": 0,
+        "extracted_answer": "42",
+        "response": {"usage": usage},
+    }
