@@ -133,10 +133,16 @@ def _run_reporting(collect: Callable[[], Any], settings: Any, stderr: GymConsole
     try:
         result = collect()
     except KeyboardInterrupt:
-        stderr.print(
-            f"[yellow]Interrupted.[/yellow] Finished rollouts are in {escape(str(settings.output_jsonl_fpath))}; "
-            "run the same command with --resume to finish the rest."
-        )
+        from nemo_gym.rollouts.claim import result_files
+
+        output = Path(settings.output_jsonl_fpath)
+        if any(path.is_file() and path.stat().st_size for path in result_files(output)):  # what --resume continues
+            stderr.print(
+                f"[yellow]Interrupted.[/yellow] Finished rollouts are in {escape(str(output))}; "
+                "run the same command with --resume to finish the rest."
+            )
+        else:  # stopped while starting up (the rows being checked, say) or before any rollout ended
+            stderr.print("[yellow]Interrupted[/yellow] before any rollout finished: nothing to resume yet.")
         return 130
     summary = result.summary
     if result.metrics:
