@@ -149,9 +149,9 @@ def tune_garbage_collector(gen0_threshold: int = GC_GEN0_THRESHOLD) -> None:
 def websocket_protocol(app: Any) -> str:
     """``"none"`` for an app whose routes are all plain HTTP routes, else uvicorn's ``"auto"``.
 
-    uvicorn's default loads the ``websockets`` library into every server (~2.4 MB each) to answer upgrades that no
-    route here accepts. Any WebSocket route, or any route whose kind cannot be seen (a mounted ASGI app that is not a
-    router, a host route), keeps the default.
+    uvicorn's default loads the ``websockets`` library into every server (~1.5 MB of RSS each) to answer upgrades
+    that no route here accepts. Any WebSocket route, or any route whose kind cannot be seen (a mounted ASGI app that
+    is not a router, a host route), keeps the default.
     """
     return "none" if _only_http_routes(getattr(app, "routes", None)) else "auto"
 
