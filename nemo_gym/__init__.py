@@ -1,14 +1,9 @@
 """NeMo Gym: reinforcement-learning environments for LLMs, served over the OpenAI Responses API."""
 
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import Any
 
 from nemo_gym.checkout import working_checkout
-
-try:
-    __version__ = version("nemo-gym")
-except PackageNotFoundError:  # running from a source tree that was never installed
-    __version__ = "0.0.0+unknown"
 
 INSTALL_DIR = Path(__file__).resolve().parent.parent
 """The directory that holds our `nemo_gym/`, `environments/` and our own server folders: the install root."""
@@ -21,5 +16,21 @@ CACHE_DIR = Path.cwd() / "cache"
 RESULTS_DIR = Path.cwd() / "results"
 """Where ``cache_dir`` and ``results_dir`` point when a config names neither: ``cache/`` and ``results/`` under the
 directory the command runs in (the config's own values, once composed, are absolute paths)."""
+
+
+def __getattr__(name: str) -> Any:
+    """``__version__`` is read from the installed metadata when first asked for: ``importlib.metadata`` takes
+    ~25 ms to import, which every server and command would pay at start-up for a value few of them use."""
+    if name != "__version__":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        found = version("nemo-gym")
+    except PackageNotFoundError:  # running from a source tree that was never installed
+        found = "0.0.0+unknown"
+    globals()["__version__"] = found
+    return found
+
 
 __all__ = ["CACHE_DIR", "INSTALL_DIR", "PARENT_DIR", "RESULTS_DIR", "__version__"]

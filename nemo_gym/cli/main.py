@@ -1,153 +1,59 @@
-"""The ``gym`` (alias ``ng``) command-line router: ``gym <group> <action> [flags] [+key=value ...]``.
+"""The ``gym`` (alias ``ng``) console command: ``gym <group> <action> [flags] [+key=value ...]``.
 
-A flag either sets a field of the command's typed settings or becomes a Hydra override (see :mod:`nemo_gym.cli.flags`);
-tokens that are not flags pass through as overrides. Any error the framework raises on purpose
-(:class:`~nemo_gym.errors.NeMoGymError`: a user mistake, a server that would not start, a registry or transport
-failure) is printed as one red line with exit code 1; ``-v`` adds the traceback.
+Only the standard library is imported before :func:`main` runs, so a collect command against running servers can
+fork its row checker (``rollouts/forked_check.py``) before the ~0.15 s of importing the router and its commands, and
+the child's own imports run beside them. Everything else is in :mod:`nemo_gym.cli.router`.
 """
 
 from __future__ import annotations
 
-import argparse
-import difflib
 import sys
-import traceback
 from collections.abc import Sequence
 
-from pydantic import ValidationError
-
-from nemo_gym.cli.command import Command, Invocation
-from nemo_gym.cli.commands import ALL_COMMANDS, GROUP_HELP
-from nemo_gym.cli.flags import flag_fields, flags_to_overrides, search_dirs
-from nemo_gym.cli.output import print_error, stop_writing_stdout
-from nemo_gym.config.roots import searching
-from nemo_gym.errors import NeMoGymError
-
-PROG = "gym"
+OPTIONS_BEFORE_GROUP = frozenset({"-v", "--verbose"})
+INPUT_FLAGS = ("--input", "-i")
+INPUT_OVERRIDES = ("+input_jsonl_fpath=", "++input_jsonl_fpath=", "input_jsonl_fpath=")
+PARAMS_OVERRIDES = ("--temperature", "--top-p", "--max-output-tokens", "responses_create_params")
+"""Tokens that set create params over every row's: rows checked ahead without them would be checked again."""
 
 
-class RouterParser(argparse.ArgumentParser):
-    """argparse with did-you-mean hints for mistyped commands and choices."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        if "invalid choice:" in message:
-            bad = message.split("invalid choice:", 1)[1].split("(", 1)[0].strip().strip("'\"")
-            choices = [c.strip(" '\")") for c in message.split("choose from", 1)[-1].split(",")]
-            close = difflib.get_close_matches(bad, choices, n=2, cutoff=0.5)
-            if close:
-                message = f"{message}. Did you mean: {' or '.join(close)}?"
-        self.print_usage(sys.stderr)
-        print_error(f"{self.prog}: {message}")
-        raise SystemExit(2)
-
-
-def build_parser() -> RouterParser:
-    parser = RouterParser(
-        prog=PROG,
-        description="NeMo Gym: RL environments for LLMs. Run `gym <group> --help` for the commands of a group.",
-        epilog="Any token that is not a flag is a Hydra-style override: +key=value, ++key=value, key=value, ~key.",
+def collects_from_running_servers(argv: Sequence[str]) -> bool:
+    """Whether ``argv`` reads as ``gym eval run --no-serve …`` (without ``--help``): a run whose rows are checked
+    while its servers are already up. A wrong guess only costs a forked child that is never handed a run."""
+    words = [token for token in argv if token not in OPTIONS_BEFORE_GROUP]
+    return (
+        words[:2] == ["eval", "run"] and "--no-serve" in words and not any(token in ("-h", "--help") for token in words)
     )
-    parser.add_argument("--version", action="store_true", help="print version information and exit")
-    parser.add_argument("--json", action="store_true", help="with --version: print JSON")
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging and full tracebacks")
-    groups = parser.add_subparsers(dest="group", metavar="<group>", parser_class=RouterParser)
-    group_parsers: dict[str, argparse._SubParsersAction] = {}
-    for command in ALL_COMMANDS:
-        if command.group is None:
-            target = groups.add_parser(
-                command.action, help=command.help, description=command.description or command.help
-            )
+
+
+def input_named_by(argv: Sequence[str]) -> str | None:
+    """The input file ``argv`` names (``--input``/``-i`` or the ``input_jsonl_fpath`` override), the last one winning
+    as it does when the command parses it; None when it names none, or overrides create params. Only a hint for
+    checking rows ahead: the run uses what was checked only for the file it resolved (``CheckedParams.problems_for``)."""
+    named = None
+    for index, token in enumerate(argv):
+        if token.lstrip("+").startswith(PARAMS_OVERRIDES):
+            return None
+        if token in INPUT_FLAGS and index + 1 < len(argv):
+            named = argv[index + 1]
+        elif token.startswith("--input="):
+            named = token.removeprefix("--input=")
         else:
-            if command.group not in group_parsers:
-                group_parser = groups.add_parser(command.group, help=GROUP_HELP[command.group])
-                group_parsers[command.group] = group_parser.add_subparsers(
-                    dest="action", metavar="<action>", parser_class=RouterParser
-                )
-            target = group_parsers[command.group].add_parser(
-                command.action,
-                help=command.help,
-                description=command.description or command.help,
-                epilog="\n".join(command.examples) or None,
-                formatter_class=argparse.RawDescriptionHelpFormatter,
-            )
-        target.set_defaults(command=command)
-        target.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="debug logging")
-        for positional in command.positionals:
-            target.add_argument(
-                positional.name, help=positional.help, nargs=positional.nargs, choices=positional.choices
-            )
-        for flag in command.flags:
-            flag.register(target)
-    return parser
-
-
-def _split_unknown(command: Command, unknown: list[str]) -> list[str]:
-    """Unknown ``-x`` tokens are errors (with a hint); anything else is an override passed through."""
-    known = [name for flag in command.flags for name in flag.names] + ["--verbose", "--help"]
-    for token in unknown:
-        if token.startswith("-"):
-            name = token.split("=", 1)[0]
-            close = difflib.get_close_matches(name, known, n=2, cutoff=0.5)
-            hint = f" Did you mean: {' or '.join(close)}?" if close else ""
-            words = " ".join(command.words)
-            print_error(f"gym {words}: unknown flag {name!r}.{hint} See `gym {words} --help`.")
-            raise SystemExit(2)
-    return unknown
+            for prefix in INPUT_OVERRIDES:
+                if token.startswith(prefix):
+                    named = token.removeprefix(prefix)
+                    break
+    return named or None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    verbose = "-v" in argv or "--verbose" in argv
-    try:
-        return _run(argv)
-    except NeMoGymError as e:
-        if verbose:
-            traceback.print_exc()
-        print_error(str(e))
-        return 1
-    except ValidationError as e:
-        if verbose:
-            traceback.print_exc()
-        print_error(_format_validation_error(e))
-        return 1
-    except KeyboardInterrupt:
-        print_error("interrupted")
-        return 130
-    except BrokenPipeError:
-        return stop_writing_stdout()
+    tokens = list(sys.argv[1:] if argv is None else argv)
+    from nemo_gym.rollouts.forked_check import forked_early
 
+    with forked_early(collects_from_running_servers(tokens), input_named_by(tokens)):
+        from nemo_gym.cli.router import run
 
-def _run(argv: list[str]) -> int:
-    parser = build_parser()
-    args, unknown = parser.parse_known_args(argv)
-    if args.version:
-        from nemo_gym.cli.commands.info import print_version
-
-        print_version(as_json=args.json)
-        return 0
-    command: Command | None = getattr(args, "command", None)
-    if command is None:
-        if args.group and args.group != "search":
-            parser.parse_args([args.group, "--help"])
-        parser.print_help()
-        return 0 if not argv else 2
-    passthrough = _split_unknown(command, unknown)
-    with searching(search_dirs(args)):
-        overrides = flags_to_overrides(args, command.flags, passthrough)
-        fields = flag_fields(args, command.flags, passthrough)
-        result = command.handler(Invocation(args, overrides, fields))
-    return int(result or 0)
-
-
-def _format_validation_error(error: ValidationError) -> str:
-    parts = []
-    for item in error.errors():
-        field = ".".join(str(p) for p in item["loc"]) or error.title
-        if item["type"] == "missing":
-            parts.append(f"{field} is required (pass its flag or +{field}=<value>)")
-        else:
-            parts.append(f"{field}: {item['msg']}")
-    return f"invalid {error.title} config: " + "; ".join(parts)
+        return run(tokens)
 
 
 if __name__ == "__main__":

@@ -3,12 +3,13 @@
 Data preparation wants every bad line of a file, not just the first, so :func:`iter_checked_lines` never raises on a
 bad line: it hands back the line number and the reason, and the caller decides. :func:`create_params_problem` is the
 single place that says what makes create params invalid, so every command rejects the same rows with the same words.
+:func:`check_params_ahead` reaches its verdicts on a file before the run that needs them has started.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -67,3 +68,60 @@ def create_params_problem(params: Any, overrides: dict[str, Any] | None = None) 
 def row_problem(row: dict[str, Any]) -> str | None:
     """Why a dataset row cannot be sent to an agent, or None if it can."""
     return create_params_problem(row.get(CREATE_PARAMS_KEY))
+
+
+FileVersion = tuple[int, int, int, int]
+"""A file's device, inode, size and modification time (ns): it changes whenever the file is replaced or written."""
+
+
+def file_version(path: Path) -> FileVersion | None:
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns
+
+
+@dataclass
+class CheckedParams:
+    """What :func:`create_params_problem` said, with no overrides, about the create params of a file's first lines,
+    checked ahead of the run that reads the file (``rollouts/forked_check.py``). The verdicts hold only for that
+    file while its :func:`file_version` is the one that was read."""
+
+    path: Path
+    """Resolved."""
+    version: FileVersion
+    problems: list[str | None] = field(default_factory=list)
+    """By line number - 1; a blank line's entry is None (it is never asked about)."""
+
+    def problems_for(self, path: Path, overrides: dict[str, Any]) -> list[str | None]:
+        """The verdicts a run reading ``path`` can use, with ``overrides`` merged over each row's create params: all
+        of them when it is the same file, unchanged, and there are no overrides; else none."""
+        if overrides or file_version(path) != self.version or path.resolve() != self.path:
+            return []
+        return self.problems
+
+
+def check_params_ahead(path: Path, stop: Callable[[], bool], every: int = 256) -> CheckedParams | None:
+    """Check the create params of ``path``'s lines in order until the file ends, a line is not a JSON object (the run
+    itself reports it), or ``stop()`` is true (asked every ``every`` lines); None if the file changed meanwhile."""
+    version = file_version(path)
+    if version is None:
+        return None
+    checked = CheckedParams(path.resolve(), version)
+    problems = checked.problems
+    with path.open("rb") as f:
+        for line in f:  # the lines iter_jsonl numbers, in the same order
+            if len(problems) % every == 0 and stop():
+                break
+            if not line.strip():
+                problems.append(None)
+                continue
+            try:
+                row = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                break
+            if not isinstance(row, dict):
+                break
+            problems.append(create_params_problem(row.get(CREATE_PARAMS_KEY)))
+    return checked if file_version(path) == version else None

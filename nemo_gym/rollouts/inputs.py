@@ -2,7 +2,8 @@
 rollout starts, from ``--input`` or from the agents' datasets of a split.
 
 Nothing here loads the HTTP machinery of the rollouts, so ``forked_check.py`` can check the rows in a forked child
-while the collect command itself loads that machinery.
+while the collect command itself loads that machinery; and a run from ``--input`` (:class:`RowsToCheck` without a
+config) loads no config machinery either.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nemo_gym.config.compose import ComposedConfig
 from nemo_gym.config.datasets import AGENT_REF_KEY, BenchmarkDatasetConfig
 from nemo_gym.errors import ConfigError
 from nemo_gym.jsonl import JsonlWriter, iter_jsonl
@@ -21,11 +21,15 @@ from nemo_gym.rollouts.outputs import recorded_fingerprint
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
+    from nemo_gym.config.compose import ComposedConfig
+    from nemo_gym.datasets.validation import CheckedParams
     from nemo_gym.rollouts.config import RolloutCollectionConfig
 
 
 def agent_names(config: ComposedConfig | DictConfig) -> list[str]:
     """Every agent instance of a config, started or not."""
+    from nemo_gym.config.compose import ComposedConfig
+
     return [instance.name for instance in ComposedConfig.of(config).instances_of("responses_api_agents")]
 
 
@@ -43,6 +47,7 @@ def prepare_split_input(config: ComposedConfig | DictConfig, split: str, path: P
     datasets' ``num_repeats`` come back per agent, so ``--limit N`` means N tasks; only an agent whose datasets of
     this split disagree on ``num_repeats`` gets its rows written that many times over instead.
     """
+    from nemo_gym.config.compose import ComposedConfig
     from nemo_gym.config.roots import find_path
     from nemo_gym.datasets.render import PromptRenderError, PromptTemplate
 
@@ -82,17 +87,41 @@ def prepare_split_input(config: ComposedConfig | DictConfig, split: str, path: P
     return SplitInput(path, {agent: uniform.get(agent, 1) for agent in repeats_seen})
 
 
-def prepare_inputs(settings: RolloutCollectionConfig, config: ComposedConfig | DictConfig) -> Materialized:
+@dataclass
+class RowsToCheck:
+    """What checking a run's rows needs: its settings, the config's agent names, and the config itself only where the
+    rows come from the agents' datasets (``--split``). Sent to the forked checker as it is."""
+
+    settings: RolloutCollectionConfig
+    known_agents: list[str]
+    config: ComposedConfig | DictConfig | None = None
+
+    @classmethod
+    def of(cls, settings: RolloutCollectionConfig, config: ComposedConfig | DictConfig) -> RowsToCheck:
+        return cls(settings, agent_names(config), None if settings.input_jsonl_fpath else config)
+
+
+def prepare_inputs(
+    settings: RolloutCollectionConfig,
+    config: ComposedConfig | DictConfig,
+    checked_params: CheckedParams | None = None,
+) -> Materialized:
     """Check every input row and write the materialized rows. Needs only the config's agent names, not running
-    servers, so a mistake in the data is reported before anything starts."""
-    composed = ComposedConfig.of(config)
+    servers, so a mistake in the data is reported before anything starts. ``checked_params``: verdicts on the
+    input's create params reached ahead (see ``MaterializeOptions.checked_params``)."""
+    return check_rows(RowsToCheck.of(settings, config), checked_params)
+
+
+def check_rows(rows: RowsToCheck, checked_params: CheckedParams | None = None) -> Materialized:
+    """:func:`prepare_inputs` of what it needs from the config."""
+    settings = rows.settings
     output = Path(settings.output_jsonl_fpath).expanduser().resolve()
     num_repeats = settings.num_repeats
     if settings.input_jsonl_fpath:
         input_path = Path(settings.input_jsonl_fpath).expanduser()
-    elif settings.split:
+    elif settings.split and rows.config is not None:
         split_input = prepare_split_input(
-            composed, settings.split, output.with_name(f"{output.stem}_{settings.split}.jsonl")
+            rows.config, settings.split, output.with_name(f"{output.stem}_{settings.split}.jsonl")
         )
         input_path = split_input.path
         if "num_repeats" not in settings.model_fields_set:  # no --num-repeats: the datasets' own num_repeats
@@ -110,7 +139,8 @@ def prepare_inputs(settings: RolloutCollectionConfig, config: ComposedConfig | D
             num_repeats=num_repeats,
             responses_create_params=settings.responses_create_params,
             num_repeats_add_seed=settings.num_repeats_add_seed,
-            known_agents=agent_names(composed),
+            known_agents=rows.known_agents,
             resume_fingerprint=recorded_fingerprint(output) if settings.resume_from_cache else None,
+            checked_params=checked_params,
         )
     )

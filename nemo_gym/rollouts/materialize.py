@@ -30,6 +30,8 @@ from nemo_gym.row_fields import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from nemo_gym.datasets.validation import CheckedParams
+
 MAX_REPORTED_PROBLEMS = 20
 
 
@@ -47,6 +49,9 @@ class MaterializeOptions:
     resume_fingerprint: str | None = None
     """The fingerprint of the run ``--resume`` continues: different rows are refused before any file is replaced
     (and so before any server starts)."""
+    checked_params: CheckedParams | None = None
+    """Verdicts on the input's create params reached before the run started (see ``forked_check.py``): used for the
+    lines they cover when they hold for this input and its overrides, so those rows are not validated twice."""
 
 
 @dataclass
@@ -103,13 +108,27 @@ def _agent_of(row: dict[str, Any], options: MaterializeOptions) -> str | None:
     return None
 
 
+def _params_checker(options: MaterializeOptions) -> Callable[[int, Any], str | None]:
+    """``(line number, create params) -> problem or None``, from the verdicts reached ahead where they hold."""
+    from nemo_gym.datasets.validation import create_params_problem  # the Responses models: ~45 ms to import
+
+    overrides = options.responses_create_params
+    known = options.checked_params.problems_for(options.input_path, overrides) if options.checked_params else []
+
+    def params_problem(number: int, params: Any) -> str | None:
+        if number <= len(known):
+            return known[number - 1]
+        return create_params_problem(params, overrides)
+
+    return params_problem
+
+
 def _row_problems(
-    number: int, row: dict[str, Any], options: MaterializeOptions, params_problem: Callable[..., str | None]
+    number: int, row: dict[str, Any], options: MaterializeOptions, params_problem: Callable[[int, Any], str | None]
 ) -> list[tuple[int, str]]:
-    """What is wrong with one input row, as ``(line, problem)`` pairs (none for a row that can run);
-    ``params_problem``: :func:`~nemo_gym.datasets.validation.create_params_problem`."""
+    """What is wrong with one input row, as ``(line, problem)`` pairs (none for a row that can run)."""
     problems = []
-    problem = params_problem(row.get("responses_create_params"), options.responses_create_params)
+    problem = params_problem(number, row.get("responses_create_params"))
     if problem is not None:
         problems.append((number, problem))
     agent = _agent_of(row, options)
@@ -194,10 +213,8 @@ def materialize(options: MaterializeOptions) -> Materialized:
     One pass over the input: rows are checked and written to a temporary file together, and the file takes its place
     only when every row passed (a problem is reported with all the others, and the temporary file removed).
     """
-    # The Responses models (~45 ms to import) only where rows are checked: the collector imports this module too.
-    from nemo_gym.datasets.validation import create_params_problem
-
     _check(options)
+    params_problem = _params_checker(options)  # the collector imports this module too: models loaded only here
     path = materialized_inputs_path(options.output_path)
     digest = hashlib.blake2b(digest_size=16)
     per_agent: dict[str, int] = {}
@@ -211,7 +228,7 @@ def materialize(options: MaterializeOptions) -> Materialized:
     try:
         with temporary.open("wb") as out:  # buffered: the file is whole once it is renamed, not before
             for number, row in iter_jsonl(options.input_path, options.limit):
-                found = _row_problems(number, row, options, create_params_problem)
+                found = _row_problems(number, row, options, params_problem)
                 if found or problems:
                     problems.extend(found)
                     if len(problems) >= MAX_REPORTED_PROBLEMS:

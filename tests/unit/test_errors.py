@@ -6,6 +6,7 @@ import pytest
 
 from nemo_gym import config_types
 from nemo_gym.cli import main as cli_main
+from nemo_gym.cli import router
 from nemo_gym.datasets.render import PromptFieldMissingError, PromptRenderError
 from nemo_gym.datasets.storage import DatasetNotFoundError, RegistryError
 from nemo_gym.errors import ConfigError, LaunchError, NeMoGymError, TransportError, UserError
@@ -64,7 +65,7 @@ def test_the_cli_prints_any_framework_error_as_one_line(
     def fails(argv: list[str]) -> int:
         raise error
 
-    monkeypatch.setattr(cli_main, "_run", fails)
+    monkeypatch.setattr(router, "_dispatch", fails)
     assert cli_main.main(["env", "status"]) == 1
     err = capsys.readouterr().err
     assert err.strip().splitlines() == [f"error: {error}"] and "Traceback" not in err

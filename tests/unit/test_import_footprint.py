@@ -117,7 +117,7 @@ def test_an_sdk_usage_source_that_cannot_be_read_plainly_means_importing_it(
     assert openai_usage._sdk_declared_input_details_fields() == expected
 
 
-@pytest.mark.parametrize("module", ["nemo_gym.cli.main", "nemo_gym.launcher.runner"])
+@pytest.mark.parametrize("module", ["nemo_gym.cli.router", "nemo_gym.launcher.runner"])
 def test_the_launcher_loads_no_http_client_library(module: str) -> None:
     """`gym env start` lives as long as its servers; its readiness probe needs no client library (~10 MB)."""
     loaded = loaded_after_import(module)

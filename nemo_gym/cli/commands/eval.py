@@ -67,9 +67,9 @@ def run(invocation: Invocation) -> int:
 def _collect_from_running_servers(invocation: Invocation) -> int:
     from nemo_gym.rollouts.forked_check import ForkedRowCheck
 
-    # Forked before anything else is imported: the child loads what checking rows needs while this process loads and
-    # composes the config and asks the head server for the running one.
-    with ForkedRowCheck() as row_check:
+    # Forked before anything else is imported (by the entry point, usually): the child loads what checking rows needs
+    # while this process loads and composes the config and asks the head server for the running one.
+    with ForkedRowCheck.early_or_new() as row_check:
         from nemo_gym.config.compose import ComposeOptions, compose
         from nemo_gym.jsonl import check_writable_output
         from nemo_gym.rollouts.claim import claim_output
