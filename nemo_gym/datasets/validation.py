@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from stat import S_ISREG
 from typing import Any
 
 import orjson
@@ -75,9 +76,12 @@ FileVersion = tuple[int, int, int, int]
 
 
 def file_version(path: Path) -> FileVersion | None:
+    """None for anything but a regular file: reading a pipe ahead would take the rows from the run that needs them."""
     try:
         stat = path.stat()
     except OSError:
+        return None
+    if not S_ISREG(stat.st_mode):
         return None
     return stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns
 

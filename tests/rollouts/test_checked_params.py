@@ -53,6 +53,8 @@ def test_checking_ahead_stops_when_asked_and_at_a_line_the_run_reports_itself(tm
     listed = check_params_ahead(path, stop=lambda: False)
     assert listed is not None and listed.problems == [None]
     assert check_params_ahead(tmp_path / "missing.jsonl", stop=lambda: False) is None
+    os.mkfifo(tmp_path / "pipe.jsonl")  # never read ahead: its rows would be gone for the run (this would block)
+    assert check_params_ahead(tmp_path / "pipe.jsonl", stop=lambda: False) is None
 
 
 def test_verdicts_hold_only_for_the_same_unchanged_file_without_overrides(tmp_path: Path) -> None:
