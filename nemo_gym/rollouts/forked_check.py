@@ -74,7 +74,7 @@ class ForkedRowCheck:
         self._forked = False
         self._pid = 0
         self._request_fd = -1
-        """Written by this process: the pickled settings and config, then closed (closed empty: nothing to do)."""
+        """Written by this process: the pickled :class:`RowsToCheck`, then closed (closed empty: nothing to do)."""
         self._result_fd = -1
         """Read by this process: the pickled result, written only when the child succeeded."""
 
