@@ -24,7 +24,7 @@ from nemo_gym.rollouts.inputs import agent_names as agent_names
 from nemo_gym.rollouts.inputs import prepare_inputs as prepare_inputs
 from nemo_gym.rollouts.inputs import prepare_split_input as prepare_split_input
 from nemo_gym.rollouts.materialize import Materialized
-from nemo_gym.transport import http_client
+from nemo_gym.transport import heap, http_client
 
 
 @dataclass
@@ -135,6 +135,9 @@ async def _collect_and_aggregate(
         metrics = metrics_path = None
         if not disable_aggregation and options.output_path.exists():
             grouped = encoded_rows_by_agent([options.output_path])
+            # What the run freed (its waiting rows, its answers) handed back before the metrics' moment, the stack's
+            # peak: ~2 MB of the collector's RSS at 4,096 in flight.
+            heap.release_freed_memory()
             if grouped:
                 metrics = await compute_metrics(grouped, urls)
                 metrics_path = aggregate_metrics_path(options.output_path)

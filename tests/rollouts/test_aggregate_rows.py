@@ -8,6 +8,7 @@ import tracemalloc
 from pathlib import Path
 
 import orjson
+import pytest
 
 from nemo_gym.rollouts.aggregate import encoded_rows_by_agent, rows_by_agent
 from nemo_gym.transport import http_client
@@ -127,3 +128,37 @@ def test_what_observability_recorded_is_left_out_of_the_rows_as_nemo_gym_leaves_
         "extracted_answer": "42",
         "response": {"usage": usage},
     }
+
+
+def test_a_run_hands_back_what_it_freed_before_it_asks_for_the_metrics(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The metrics' moment is the stack's memory peak: the collector trims its heap once its rows are the bodies."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from nemo_gym.rollouts import run as run_module
+
+    path = _write(tmp_path / "out.jsonl")
+    events: list[object] = []
+
+    class Collector:
+        def __init__(self, *args: object) -> None:
+            pass
+
+        async def run(self) -> str:
+            events.append("collected")
+            return "summary"
+
+    async def compute_metrics(grouped: dict, urls: dict) -> list:
+        events.append(("metrics", sorted(grouped)))
+        return []
+
+    monkeypatch.setattr(run_module, "RolloutCollector", Collector)
+    monkeypatch.setattr(run_module, "compute_metrics", compute_metrics)
+    monkeypatch.setattr(run_module, "write_metrics", lambda *args: None)
+    monkeypatch.setattr(run_module.heap, "release_freed_memory", lambda: events.append("released"))
+    options = SimpleNamespace(output_path=path)
+    result = asyncio.run(run_module._collect_and_aggregate(None, {}, options, False))  # type: ignore[arg-type]
+    assert events == ["collected", "released", ("metrics", sorted(rows_by_agent([path])))]
+    assert result.summary == "summary"
