@@ -114,18 +114,9 @@ def check_params_ahead(path: Path, stop: Callable[[], bool], every: int = 256) -
         return None
     checked = CheckedParams(path.resolve(), version)
     problems = checked.problems
-    with path.open("rb") as f:
-        for line in f:  # the lines iter_jsonl numbers, in the same order
-            if len(problems) % every == 0 and stop():
-                break
-            if not line.strip():
-                problems.append(None)
-                continue
-            try:
-                row = orjson.loads(line)
-            except orjson.JSONDecodeError:
-                break
-            if not isinstance(row, dict):
-                break
-            problems.append(create_params_problem(row.get(CREATE_PARAMS_KEY)))
+    for index, line in enumerate(iter_checked_lines(path)):
+        if line.row is None or (index % every == 0 and stop()):
+            break
+        problems.extend([None] * (line.number - 1 - len(problems)))  # the blank lines before it
+        problems.append(create_params_problem(line.row.get(CREATE_PARAMS_KEY)))
     return checked if file_version(path) == version else None
