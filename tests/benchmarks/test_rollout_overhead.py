@@ -58,6 +58,7 @@ def test_collect_mode_times_the_whole_collect_command_with_every_process(tmp_pat
         assert "collector" in p["rss_peak_by_process_mb"]  # sampled with the stack while it ran
         # The model server saw its first request after the command started, and the command ran past the last one.
         assert 0 < p["first_model_request_s"] < p["wall_s"]
+        assert p["startup_cpu_s"] > 0  # the command's CPU (interpreter start-up at least) when that request came
         assert p["steady_rollouts_per_s"] >= p["rollouts_per_s"] > 0
     for summary in report["summary"]:
         assert (summary["rounds"], summary["ok"], summary["failed"]) == (2, 40, 0)

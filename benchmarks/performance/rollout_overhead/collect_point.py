@@ -14,6 +14,10 @@ times it from ``Popen`` to its exit. Around it:
 * **CPU per process**, collector included: psutil deltas for the servers and the launcher (this process, less the
   probe threads' own CPU), and for the collector the kernel's exact account at exit (``os.wait4``'s rusage, which
   includes any child it waited for; psutil cannot read a process once it has exited).
+* **CPU before the first model request**: when the clock thread sees the first model request it reads the collect
+  command's CPU so far from ``/proc`` (the command, its row checker whether still running or already reaped, and any
+  other child): the work that has to fit into the start-up time. On 2 cores a start-up that used C seconds of CPU
+  cannot take less than C / 2 seconds of wall-clock time, whatever runs beside what.
 * **Memory**: the collector (and its children) join the stack's RSS/PSS sampler while it runs; its own exact peak is
   ``ru_maxrss`` from the same rusage.
 """
@@ -38,6 +42,21 @@ from stack_probe import start_py_spy
 
 MODEL_CLOCK_POLL_S = 0.002
 COLLECTOR = "collector"
+CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def process_tree_cpu_s(pid: int) -> float:
+    """CPU seconds of ``pid`` so far (user + system), its reaped children's and its live descendants', from ``/proc``
+    (one read per process, cheap enough for the clock thread; 0.0 where it cannot be read)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rpartition(b")")[2].split()
+        ticks = sum(int(x) for x in fields[11:15])  # utime, stime, cutime, cstime
+        with open(f"/proc/{pid}/task/{pid}/children", "rb") as f:
+            children = [int(c) for c in f.read().split()]
+    except (OSError, ValueError):
+        return 0.0
+    return ticks / CLOCK_TICKS_PER_S + sum(process_tree_cpu_s(child) for child in children)
 
 
 class ModelRequestClock:
@@ -49,6 +68,9 @@ class ModelRequestClock:
         self.last: float | None = None
         self.thread_cpu_s = 0.0
         """CPU this thread used: taken off the launcher's account, it is the probe's, not the stack's."""
+        self.command_pid = 0
+        """The collect command, once started: its CPU is read when the first model request comes."""
+        self.command_cpu_at_first_s: float | None = None
         self._window_open = self._window_closed = float("inf")
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="model-clock", daemon=True)
@@ -89,6 +111,8 @@ class ModelRequestClock:
                         continue
                     if self.first is None:
                         self.first = now
+                        if self.command_pid:
+                            self.command_cpu_at_first_s = process_tree_cpu_s(self.command_pid)
                     self.last = now
         self.thread_cpu_s = time.thread_time() - cpu_start
 
@@ -103,6 +127,8 @@ class CollectRun:
     failed: int
     first_model_s: float | None
     """Collect command start -> first model request."""
+    cpu_before_first_model_s: float | None
+    """The collect command's CPU (its row checker's included) when the first model request came."""
     steady_s: float | None
     """First model request -> last model request."""
     cpu_s: float
@@ -167,6 +193,7 @@ async def run_collect(
     with ModelRequestClock(model_pid) as clock, log_path.open("wb") as log:
         started = clock.open_window()
         proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+        clock.command_pid = proc.pid
         with contextlib.suppress(psutil.Error):
             stack_processes[COLLECTOR] = psutil.Process(proc.pid)
         children_task = asyncio.create_task(_watch_children(proc.pid, stack_processes))
@@ -191,6 +218,7 @@ async def run_collect(
         ok=ok,
         failed=failed,
         first_model_s=first,
+        cpu_before_first_model_s=clock.command_cpu_at_first_s,
         steady_s=steady,
         cpu_s=usage.ru_utime + usage.ru_stime,
         cpu_system_s=usage.ru_stime,

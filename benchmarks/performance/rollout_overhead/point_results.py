@@ -52,6 +52,9 @@ class PointResult:
     """Rollouts / (last model request - first model request)."""
     first_model_request_s: float = 0.0
     """Collect command start -> first model request: its start-up tax."""
+    startup_cpu_s: float = 0.0
+    """CPU the collect command (row checker included) had used by its first model request: on N cores the start-up
+    cannot take less than this / N."""
     collector_reported_per_s: float = 0.0
     """The rate ``gym eval run`` prints (its own clock, after start-up)."""
     collector_rss_peak_mb: float = 0.0
@@ -88,6 +91,7 @@ class Summary:
     cpu_ms_by_process: dict[str, float] = field(default_factory=dict)
     steady_rollouts_per_s: float = 0.0
     first_model_request_s: float = 0.0
+    startup_cpu_s: float = 0.0
     collector_reported_per_s: float = 0.0
     collector_rss_peak_mb: float = 0.0
 
@@ -131,6 +135,7 @@ def summarize(results: list[PointResult]) -> list[Summary]:
                 },
                 steady_rollouts_per_s=round(statistics.median(r.steady_rollouts_per_s for r in points), 1),
                 first_model_request_s=round(statistics.median(r.first_model_request_s for r in points), 2),
+                startup_cpu_s=round(statistics.median(r.startup_cpu_s for r in points), 2),
                 collector_reported_per_s=round(statistics.median(r.collector_reported_per_s for r in points), 1),
                 collector_rss_peak_mb=max(r.collector_rss_peak_mb for r in points),
             )
@@ -160,19 +165,21 @@ def print_collect_table(summaries: list[Summary], roles: dict[str, str]) -> None
     names = [n for n in summaries[0].cpu_ms_by_process if n != "launcher"] if summaries else []
     header = (
         f"{'conc':>6} {'rounds':>6} {'ok':>7} {'fail':>5} {'end-to-end/s':>12} {'steady/s':>9} {'->1st model s':>13} "
-        f"{'CPU ms/r':>9} "
+        f"{'its CPU s':>9} {'CPU ms/r':>9} "
         + " ".join(f"{roles.get(n, n)[:10]:>10}" for n in names)
         + f" {'RSS peak MB':>11} {'collector MB':>12} "
         f"{'calib ms':>8}  notes"
     )
     print("whole `gym eval run --no-serve` per point: medians over rounds; CPU ms per rollout by process (launcher")
-    print("left out of the columns, in the total); RSS peak of the whole stack with the collector, first round")
+    print("left out of the columns, in the total); RSS peak of the whole stack with the collector, first round;")
+    print("'its CPU s': the collect command's CPU (row checker included) by its first model request")
     print(header)
     print("-" * len(header))
     for s in summaries:
         by_process = " ".join(f"{s.cpu_ms_by_process.get(n, 0.0):>10.2f}" for n in names)
         print(
             f"{s.concurrency:>6} {s.rounds:>6} {s.ok:>7} {s.failed:>5} {s.rollouts_per_s:>12.1f} "
-            f"{s.steady_rollouts_per_s:>9.1f} {s.first_model_request_s:>13.2f} {s.cpu_ms_per_rollout:>9.2f} "
+            f"{s.steady_rollouts_per_s:>9.1f} {s.first_model_request_s:>13.2f} {s.startup_cpu_s:>9.2f} "
+            f"{s.cpu_ms_per_rollout:>9.2f} "
             f"{by_process} {s.rss_peak_mb:>11.0f} {s.collector_rss_peak_mb:>12.0f} {s.calibration_ms:>8.1f}  {s.notes}"
         )

@@ -287,6 +287,7 @@ async def run_point(
         if collect.steady_s:
             result.steady_rollouts_per_s = round(ok / collect.steady_s, 1)
         result.first_model_request_s = round(collect.first_model_s or 0.0, 3)
+        result.startup_cpu_s = round(collect.cpu_before_first_model_s or 0.0, 3)
         result.collector_reported_per_s = collect.reported_per_s or 0.0
         result.collector_rss_peak_mb = round(collect.peak_rss_mb, 1)
     result.cpu_s_by_process = cpu
@@ -471,7 +472,8 @@ def run_sweep(
             if args.client == COLLECT:
                 rates = (
                     f"{result.rollouts_per_s:.1f} rollouts/s end to end, {result.steady_rollouts_per_s:.1f}/s steady, "
-                    f"first model request after {result.first_model_request_s:.2f} s"
+                    f"first model request after {result.first_model_request_s:.2f} s "
+                    f"({result.startup_cpu_s:.2f} s of the command's CPU)"
                 )
             else:
                 rates = (
