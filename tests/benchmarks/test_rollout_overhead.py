@@ -63,3 +63,17 @@ def test_collect_mode_times_the_whole_collect_command_with_every_process(tmp_pat
     for summary in report["summary"]:
         assert (summary["rounds"], summary["ok"], summary["failed"]) == (2, 40, 0)
         assert summary["cpu_ms_by_process"]["collector"] > 0
+
+
+def test_the_startup_floor_times_each_stage_in_a_fresh_interpreter() -> None:
+    """startup_floor.py times the row checker's and the command's unavoidable start-up, one row per row count."""
+    script = SCRIPT.with_name("startup_floor.py")
+    argv = [sys.executable, str(script), "--rows", "3,20", "--starts", "1"]
+    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=200)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    header, *rows = done.stdout.splitlines()[1:]
+    assert header.split()[:3] == ["rows", "interpreter", "command"]
+    assert [row.split()[0] for row in rows] == ["3", "20"]
+    for row in rows:
+        medians = [float(cell) for cell in row.split()[1::2]]  # "median (fastest)" per stage
+        assert len(medians) == 5 and all(seconds > 0 for seconds in medians)

@@ -1,0 +1,101 @@
+"""The least time a collect command can take to its first rollout on this machine, from what it cannot skip.
+
+Two processes share the start-up of ``gym eval run --no-serve`` (``rollouts/forked_check.py``): the command, and the
+row checker it forks as it starts. Each has a floor of its own.
+
+**The row checker.** ``gym eval run`` checks every row before any rollout starts (a bad line is reported first, with its line number). The
+check needs the Responses models (the same pydantic models the agent validates a ``/run`` with, so a row that passes
+here is a row the agent takes) and one validation per row. That work is one process's, in order: the models must be
+imported before the first row is checked. Measured here as the collect command's row checker does it, each in a fresh
+interpreter started the way ``gym`` starts (the venv's Python, site packages and the editable install included):
+
+* ``interpreter``: ``python -c pass``;
+* ``import models``: the interpreter, then importing ``nemo_gym.datasets.validation`` (pydantic and the Responses models);
+* ``check rows``: that, then every row of the file parsed and its create params validated
+  (``iter_checked_lines`` + ``create_params_problem``, what ``check_params_ahead`` runs);
+* ``materialize``: that, then the materialized inputs written as the run writes them
+  (``rollouts.materialize.materialize``, which checks each row as it writes it).
+
+**The command.** Before its first ``/run`` leaves, the command's own process needs the libraries the framework is
+built on for that path: pydantic (its typed settings), OmegaConf and PyYAML (composing the config from
+``config_paths``, ``env.yaml`` and the overrides, which say where the head server is), orjson, and uvloop with
+httptools (the collector's loop and its HTTP client). ``command libraries`` is a fresh interpreter importing just
+those, none of the framework's own code.
+
+Each is a floor for "collect command start -> first model request", whatever runs beside it: the first ``/run`` can
+only leave after both, and the agent's own ``/seed_session`` and the model call come after that. On 2 cores the two
+processes also share the machine with the agent that takes the first ``/run``. ::
+
+    .venv/bin/python benchmarks/performance/rollout_overhead/startup_floor.py              # 10,000 rows, 7 starts each
+    .venv/bin/python benchmarks/performance/rollout_overhead/startup_floor.py --rows 1000,10000,65536
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from collect_point import write_rows
+from run import load_rows
+
+STAGES: dict[str, str] = {
+    "interpreter": "pass",
+    "command libraries": "import pydantic, omegaconf, yaml, orjson, uvloop, httptools",
+    "import models": "import nemo_gym.datasets.validation",
+    "check rows": (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from nemo_gym.datasets.validation import CREATE_PARAMS_KEY, create_params_problem, iter_checked_lines\n"
+        "bad = [line.number for line in iter_checked_lines(Path(sys.argv[1]))\n"
+        "       if line.row is None or create_params_problem(line.row.get(CREATE_PARAMS_KEY))]\n"
+        "assert not bad, bad[:5]\n"
+    ),
+    "materialize": (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from nemo_gym.rollouts.materialize import MaterializeOptions, materialize\n"
+        "materialize(MaterializeOptions(input_path=Path(sys.argv[1]), output_path=Path(sys.argv[2]),\n"
+        "                               agent_name='example_single_tool_call_simple_agent'))\n"
+    ),
+}
+
+
+def time_stage(code: str, input_path: Path, output_path: Path) -> float:
+    """Wall-clock seconds from starting a fresh interpreter that runs ``code`` to its exit."""
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-c", code, str(input_path), str(output_path)], check=True)
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", default="10000", help="comma-separated row counts (default 10000)")
+    parser.add_argument("--starts", type=int, default=7, help="fresh interpreters per stage and row count, interleaved")
+    args = parser.parse_args()
+    counts = [int(c) for c in args.rows.split(",")]
+    examples = load_rows()
+    with tempfile.TemporaryDirectory(prefix="startup-floor-") as tmp:
+        workdir = Path(tmp)
+        times: dict[tuple[int, str], list[float]] = {}
+        for _ in range(args.starts):  # interleaved, so a slow moment of the box touches every stage alike
+            for count in counts:
+                input_path = workdir / f"rows_{count}.jsonl"
+                if not input_path.exists():
+                    write_rows(examples, count, input_path)
+                for stage, code in STAGES.items():
+                    seconds = time_stage(code, input_path, workdir / f"out_{count}.jsonl")
+                    times.setdefault((count, stage), []).append(seconds)
+    print(f"fresh interpreter -> exit, {args.starts} starts each: median (fastest)")
+    print(f"{'rows':>7} " + " ".join(f"{stage:>18}" for stage in STAGES))
+    for count in counts:
+        cells = [times[count, stage] for stage in STAGES]
+        print(f"{count:>7} " + " ".join(f"{statistics.median(t):>9.3f} ({min(t):.3f})" for t in cells))
+
+
+if __name__ == "__main__":
+    main()
