@@ -3,16 +3,16 @@
 Two processes share the start-up of ``gym eval run --no-serve`` (``rollouts/forked_check.py``): the command, and the
 row checker it forks as it starts. Each has a floor of its own.
 
-**The row checker.** ``gym eval run`` checks every row before any rollout starts (a bad line is reported first, with its line number). The
-check needs the Responses models (the same pydantic models the agent validates a ``/run`` with, so a row that passes
-here is a row the agent takes) and one validation per row. That work is one process's, in order: the models must be
-imported before the first row is checked. Measured here as the collect command's row checker does it, each in a fresh
+**The row checker.** ``gym eval run`` checks every row before any rollout starts (a bad line is reported first, with
+its line number). The check needs the Responses models (the same pydantic models the agent validates a ``/run`` with,
+so a row that passes here is a row the agent takes) and one validation per row. That work is one process's, in order:
+the models must be imported before the first row is checked. Measured here as the collect command's row checker does it, each in a fresh
 interpreter started the way ``gym`` starts (the venv's Python, site packages and the editable install included):
 
 * ``interpreter``: ``python -c pass``;
 * ``import models``: the interpreter, then importing ``nemo_gym.datasets.validation`` (pydantic and the Responses models);
 * ``check rows``: that, then every row of the file parsed and its create params validated
-  (``iter_checked_lines`` + ``create_params_problem``, what ``check_params_ahead`` runs);
+  (``check_params_ahead``, what the checker runs while the command starts);
 * ``materialize``: that, then the materialized inputs written as the run writes them
   (``rollouts.materialize.materialize``, which checks each row as it writes it).
 
@@ -50,10 +50,9 @@ STAGES: dict[str, str] = {
     "check rows": (
         "import sys\n"
         "from pathlib import Path\n"
-        "from nemo_gym.datasets.validation import CREATE_PARAMS_KEY, create_params_problem, iter_checked_lines\n"
-        "bad = [line.number for line in iter_checked_lines(Path(sys.argv[1]))\n"
-        "       if line.row is None or create_params_problem(line.row.get(CREATE_PARAMS_KEY))]\n"
-        "assert not bad, bad[:5]\n"
+        "from nemo_gym.datasets.validation import check_params_ahead\n"
+        "checked = check_params_ahead(Path(sys.argv[1]), stop=lambda: False)\n"
+        "assert checked is not None and not any(checked.problems), checked\n"
     ),
     "materialize": (
         "import sys\n"
@@ -63,6 +62,8 @@ STAGES: dict[str, str] = {
         "                               agent_name='example_single_tool_call_simple_agent'))\n"
     ),
 }
+ROW_STAGES = frozenset({"check rows", "materialize"})
+"""The stages whose time depends on the rows; the others are timed once per start and shown for every row count."""
 
 
 def time_stage(code: str, input_path: Path, output_path: Path) -> float:
@@ -81,19 +82,18 @@ def main() -> None:
     examples = load_rows()
     with tempfile.TemporaryDirectory(prefix="startup-floor-") as tmp:
         workdir = Path(tmp)
-        times: dict[tuple[int, str], list[float]] = {}
+        inputs = {count: write_rows(examples, count, workdir / f"rows_{count}.jsonl") for count in counts}
+        times: dict[tuple[int | None, str], list[float]] = {}
         for _ in range(args.starts):  # interleaved, so a slow moment of the box touches every stage alike
-            for count in counts:
-                input_path = workdir / f"rows_{count}.jsonl"
-                if not input_path.exists():
-                    write_rows(examples, count, input_path)
-                for stage, code in STAGES.items():
+            for stage, code in STAGES.items():
+                for count in counts if stage in ROW_STAGES else [None]:
+                    input_path = inputs[count if count is not None else counts[0]]
                     seconds = time_stage(code, input_path, workdir / f"out_{count}.jsonl")
                     times.setdefault((count, stage), []).append(seconds)
     print(f"fresh interpreter -> exit, {args.starts} starts each: median (fastest)")
     print(f"{'rows':>7} " + " ".join(f"{stage:>18}" for stage in STAGES))
     for count in counts:
-        cells = [times[count, stage] for stage in STAGES]
+        cells = [times[count if stage in ROW_STAGES else None, stage] for stage in STAGES]
         print(f"{count:>7} " + " ".join(f"{statistics.median(t):>9.3f} ({min(t):.3f})" for t in cells))
 
 
