@@ -8,14 +8,17 @@ request body is the parsed tool-call arguments, the response JSON is the tool ou
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from fastapi import Body, FastAPI
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator
 
 from nemo_gym.config.server_models import BaseRunServerInstanceConfig
+from nemo_gym.episode_types import EpisodeId, TaskId
+from nemo_gym.failure_kinds import validate_failure_kind
 from nemo_gym.judge import judge_failsafe as _judge_failsafe
 from nemo_gym.mcp_exposure import METADATA_KEY as _MCP_METADATA_KEY
+from nemo_gym.mcp_exposure import SESSION_TOKEN_HEADER as _SESSION_TOKEN_HEADER
 from nemo_gym.mcp_exposure import expose_tools_over_mcp as _expose_tools_over_mcp
 from nemo_gym.metrics import (
     AggregateMetrics,
@@ -26,6 +29,14 @@ from nemo_gym.metrics import aggregate_with_hooks as _aggregate_with_hooks
 from nemo_gym.metrics import default_key_metrics as _default_key_metrics
 from nemo_gym.observability.correlation import RolloutContextMiddleware as _RolloutContextMiddleware
 from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParamsNonStreaming
+from nemo_gym.resources_sessions import (
+    MCPServerMetadata,
+    ResourcesCloseSessionRequest,
+    ResourcesCloseSessionResponse,
+    ResourcesSeedSessionRequest,
+    ResourcesSeedSessionResponse,
+)
+from nemo_gym.resources_sessions import add_session_routes as _add_session_routes
 from nemo_gym.server_utils import SimpleServer
 
 __all__ = [
@@ -40,10 +51,17 @@ __all__ = [
     "BaseVerifyRequest",
     "BaseVerifyResponse",
     "Body",
+    "MCPServerMetadata",
     "MetricsHooks",
     "NEMO_GYM_MCP_METADATA_KEY",
+    "NEMO_GYM_MCP_SESSION_TOKEN_HEADER",
     "NeMoGymResponse",
     "NeMoGymResponseCreateParamsNonStreaming",
+    "ResourcesCloseSessionRequest",
+    "ResourcesCloseSessionResponse",
+    "ResourcesSeedSessionRequest",
+    "ResourcesSeedSessionResponse",
+    "ResourcesVerifyRequest",
     "ReverifyMode",
     "SimpleResourcesServer",
     "SimpleServer",
@@ -52,6 +70,8 @@ __all__ = [
 
 NEMO_GYM_MCP_METADATA_KEY = _MCP_METADATA_KEY
 """The key of a ``/seed_session`` answer that carries a rollout's MCP connection details."""
+NEMO_GYM_MCP_SESSION_TOKEN_HEADER = _SESSION_TOKEN_HEADER
+"""The header an MCP client sends to name its rollout's session on ``/mcp``."""
 
 
 class ReverifyMode(StrEnum):
@@ -93,10 +113,34 @@ class BaseVerifyRequest(BaseModel):
 # would become the model's description in the JSON schema.)
 class BaseVerifyResponse(BaseVerifyRequest):
     reward: float
+    # True when the reward measures the environment's failure, not the policy (a lost session, a judge that could
+    # not be asked): evaluation and training leave the sample out. Independent of failure_kind.
+    mask_sample: bool = False
+    # The kind of failure from nemo_gym.failure_kinds (a metric label); failure_reason is the occurrence's detail.
+    failure_kind: str | None = None
+    failure_reason: str | None = None
+
+    @field_validator("failure_kind")
+    @classmethod
+    def _shared_failure_kind(cls, value: str | None) -> str | None:
+        return validate_failure_kind(value)
 
 
 class BaseMultiRewardVerifyResponse(BaseVerifyResponse):
     reward_components: dict[str, float]
+
+
+VerificationInputT = TypeVar("VerificationInputT")
+
+
+class ResourcesVerifyRequest(BaseModel, Generic[VerificationInputT]):
+    """A typed verification body for environments whose output is not a Responses trajectory."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    episode_id: EpisodeId
+    task_id: TaskId
+    verification_input: VerificationInputT
 
 
 class BaseRunRequest(BaseModel):
@@ -135,7 +179,7 @@ class SimpleResourcesServer(MetricsHooks, SimpleServer):
         the path after the prefix."""
         app = super().setup_webserver()
         app.add_middleware(_RolloutContextMiddleware)
-        app.post("/seed_session")(self.seed_session)
+        _add_session_routes(app, self)
         app.post("/verify")(_judge_failsafe(self.verify))
         app.post("/aggregate_metrics")(self.aggregate_metrics)
         app.get("/reverify_mode")(self.reverify_mode)
@@ -144,7 +188,18 @@ class SimpleResourcesServer(MetricsHooks, SimpleServer):
         return app
 
     async def seed_session(self, body: BaseSeedSessionRequest) -> BaseSeedSessionResponse:
+        """Set up a rollout's state (default: none). An environment server's seed reaches it too, with its
+        ``task_data`` as the body, unless this method's body type accepts a :class:`ResourcesSeedSessionRequest`
+        itself (see :mod:`nemo_gym.resources_sessions`)."""
         return BaseSeedSessionResponse()
+
+    async def close_resources_session(self, body: ResourcesCloseSessionRequest) -> ResourcesCloseSessionResponse:
+        """``POST /close_session``: release what an environment server's seed set up (default: nothing).
+
+        An override succeeds for a session already closed or never seeded, keeps a seed arriving after the close
+        from creating the session, and raises when it cannot release, so the caller may try again.
+        """
+        return ResourcesCloseSessionResponse(resources_session_id=body.resources_session_id)
 
     async def verify(self, body: BaseVerifyRequest) -> BaseVerifyResponse:
         raise NotImplementedError(f"{type(self).__name__} must implement verify()")

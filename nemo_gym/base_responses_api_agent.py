@@ -17,7 +17,19 @@ from typing import Any, TypeVar
 
 import orjson
 from fastapi import Body, FastAPI, Request, Response
+from pydantic import Field, PrivateAttr, field_validator
 
+from nemo_gym.agent_sessions import (
+    AgentCloseSessionRequest,
+    AgentCloseSessionResponse,
+    AgentSeedSessionRequest,
+    AgentSeedSessionResponse,
+    AgentSessionSetupError,
+    AgentSessionState,
+    AgentSessionTable,
+    unique_access_names,
+)
+from nemo_gym.agent_sessions import _AgentSessionRecord as _AgentSessionRecord
 from nemo_gym.base_resources_server import BaseRunRequest, BaseVerifyResponse
 from nemo_gym.base_resources_server import MetricsHooks as _MetricsHooks
 from nemo_gym.config.server_models import BaseRunServerInstanceConfig
@@ -25,12 +37,19 @@ from nemo_gym.global_config import get_first_server_config_dict as _get_first_se
 from nemo_gym.metrics import AggregateMetrics, AggregateMetricsRequest, aggregate_verify_responses
 from nemo_gym.observability import correlation as _correlation
 from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParamsNonStreaming
-from nemo_gym.server_utils import SimpleServer
+from nemo_gym.server_utils import SESSION_ID_KEY, SimpleServer
 from nemo_gym.server_utils import json_response as _json_response
+from nemo_gym.tool_access import ToolAccess
 from nemo_gym.transport import http_client as _http
 from nemo_gym.transport.routes import BodyRoute as _BodyRoute
 
 __all__ = [
+    "AgentCloseSessionRequest",
+    "AgentCloseSessionResponse",
+    "AgentSeedSessionRequest",
+    "AgentSeedSessionResponse",
+    "AgentSessionSetupError",
+    "AgentSessionState",
     "AggregateMetrics",
     "AggregateMetricsRequest",
     "BaseResponsesAPIAgentConfig",
@@ -68,13 +87,25 @@ def forwards_aggregate_metrics(method: _MethodT) -> _MethodT:
 class BaseResponsesAPIAgentConfig(BaseRunServerInstanceConfig):
     skip_verification: bool = False
     skip_verification_reward: float = 0.0
+    session_close_retry_window_seconds: float = Field(default=300, gt=0, allow_inf_nan=False)
+    """How long a closed agent session's answer is kept, for a caller that retries the close."""
+    token_id_capture: bool = False
+    """Take part in training token capture when the run's ``token_id_capture.enabled`` is on (external harnesses
+    whose answers carry no token ids)."""
+    tool_accesses: list[ToolAccess] = Field(default_factory=list)
+    """Tools every agent session may use; a session's own accesses replace these by name."""
+
+    _unique_accesses = field_validator("tool_accesses")(unique_access_names)
 
 
 class SimpleResponsesAPIAgent(_MetricsHooks, SimpleServer):
     config: BaseResponsesAPIAgentConfig
+    _agent_sessions: AgentSessionTable | None = PrivateAttr(default=None)
 
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()
+        app.post("/v1/agent_sessions")(self.seed_agent_session)
+        app.post("/v1/agent_sessions/close")(self.close_agent_session)
         app.post("/v1/responses")(self.responses)
         # A self-call made with url_path_for_run lands on a prefixed twin, and url_path_for_request reads the id back.
         # The twins are served whatever the config says: a caller may prefix its calls when this server does not.
@@ -151,6 +182,43 @@ class SimpleResponsesAPIAgent(_MetricsHooks, SimpleServer):
     async def aggregate_metrics(self, body: AggregateMetricsRequest) -> AggregateMetrics:
         """The resources server's default statistics, extended by this agent's metric hooks."""
         return self._aggregate_with_hooks(body.verify_responses)
+
+    # -- agent sessions (an environment server's episode; nemo_gym.agent_sessions) -------------------------------------
+
+    @property
+    def agent_sessions(self) -> AgentSessionTable:
+        if self._agent_sessions is None:
+            window = getattr(self.config, "session_close_retry_window_seconds", 300.0)
+            self._agent_sessions = AgentSessionTable(window)
+        return self._agent_sessions
+
+    async def seed_agent_session(self, request: Request, body: AgentSeedSessionRequest) -> AgentSeedSessionResponse:
+        """Open an agent session; the same request again answers the same session."""
+        return await self.agent_sessions.seed(body, request.session[SESSION_ID_KEY], self._seed_agent_session_state)
+
+    async def close_agent_session(self, body: AgentCloseSessionRequest) -> AgentCloseSessionResponse:
+        """Close it: what the agent observed and the resources cookies. A repeated close answers the same."""
+        return await self.agent_sessions.close(body, self._close_agent_session_state)
+
+    def agent_session_of(self, request: Request) -> AgentSessionState | None:
+        """The open agent session the request's cookie names, if any (409 when that session is closed)."""
+        if self._agent_sessions is None:
+            return None
+        return self._agent_sessions.state_for_cookie(request.session.get(SESSION_ID_KEY))
+
+    def effective_tool_accesses(self, request: AgentSeedSessionRequest) -> list[ToolAccess]:
+        """The configured tool accesses with the session's own laid over them by name."""
+        accesses = {access.name: access for access in getattr(self.config, "tool_accesses", [])}
+        accesses.update((access.name, access) for access in request.tool_accesses)
+        return list(accesses.values())
+
+    async def _seed_agent_session_state(self, body: AgentSeedSessionRequest) -> AgentSessionState:
+        """Set up a session's state (an agent that supports sessions implements this and the close)."""
+        raise NotImplementedError(f"{type(self).__name__} does not support agent sessions")
+
+    async def _close_agent_session_state(self, state: AgentSessionState) -> AgentCloseSessionResponse:
+        """Release a session's state; raise (keeping what a retry needs) when it cannot."""
+        raise NotImplementedError(f"{type(self).__name__} does not support agent sessions")
 
     # -- the steps every seed -> solve -> verify agent shares ---------------------------------------------------------
 

@@ -96,7 +96,8 @@ async def call_judge(
 def judge_failsafe(verify_fn: Callable[_P, Awaitable[_T]]) -> Callable[_P, Awaitable[_T | JSONResponse]]:
     """Wrap a ``verify`` so a :class:`JudgeError` answers 200 with a failure row instead of an error.
 
-    The row is the request body plus ``reward: 0.0``, ``_ng_failure_class: judge_failed`` and the error text, so the
+    The row is the request body plus ``reward: 0.0``, ``mask_sample``, ``failure_kind`` and ``_ng_failure_class``
+    ``judge_failed`` and the error text, so the
     model's ``response`` is kept for a later judge-only re-verification. The wrapper keeps ``verify``'s signature,
     so FastAPI injects the same parameters.
     """
@@ -113,6 +114,9 @@ def judge_failsafe(verify_fn: Callable[_P, Awaitable[_T]]) -> Callable[_P, Await
 
             row = body.model_dump() | {
                 "reward": 0.0,
+                "mask_sample": True,  # the reward measures nothing: the judge was not asked
+                "failure_kind": _JUDGE_FAILED,
+                "failure_reason": str(e),
                 FAILURE_CLASS_KEY: _JUDGE_FAILED,
                 _JUDGE_ERROR_KEY: str(e),
                 FAILURE_MESSAGE_KEY: str(e),

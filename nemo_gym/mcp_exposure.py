@@ -45,7 +45,9 @@ SESSION_TOKEN_HEADER = "X-NeMo-Gym-Session-Token"
 METADATA_KEY = "mcp"  # re-exported as NEMO_GYM_MCP_METADATA_KEY by base_resources_server
 
 # The routes every resources server has; they run the rollout, they are not tools the model calls.
-SERVER_ROUTES = frozenset({"/seed_session", "/verify", "/aggregate_metrics", "/reverify_mode", MCP_URL_PATH})
+SERVER_ROUTES = frozenset(
+    {"/seed_session", "/close_session", "/verify", "/aggregate_metrics", "/reverify_mode", MCP_URL_PATH}
+)
 _TOKEN = re.compile(r"^[0-9a-f]{32}$")  # the session ids SessionCookieMiddleware hands out
 _ANY_OBJECT: dict[str, Any] = {"type": "object", "additionalProperties": True}
 
@@ -218,7 +220,12 @@ class _SeedSessionMetadata:
                 payload = json.loads(body)
             except ValueError:
                 payload = None
-            if isinstance(payload, dict) and METADATA_KEY not in payload:
+            if isinstance(payload, dict) and "resources_session_id" in payload:
+                # An environment server's seed: its typed answer carries the details as `resources_tools`.
+                if payload.get("resources_tools") is None:
+                    payload["resources_tools"] = mcp_metadata(self.server_name, session_id)
+                    body = json.dumps(payload).encode()
+            elif isinstance(payload, dict) and METADATA_KEY not in payload:
                 payload[METADATA_KEY] = mcp_metadata(self.server_name, session_id)
                 body = json.dumps(payload).encode()
         headers = [(k, v) for k, v in start.get("headers", []) if k.lower() != b"content-length"]

@@ -13,7 +13,9 @@ from nemo_gym.metrics import TASK_INDEX_KEY_NAME as TASK_INDEX_KEY
 __all__ = [
     "ATTEMPT_INDEX_KEY",
     "FAILURE_CLASS_KEY",
+    "FAILURE_KIND_KEY",
     "FAILURE_MESSAGE_KEY",
+    "FAILURE_STAGE_KEY",
     "FAILURE_TERMINAL_KEY",
     "NO_PERSIST_KEY",
     "ROLLOUT_ID_KEY",
@@ -28,6 +30,10 @@ ROLLOUT_ID_KEY = "_ng_rollout_id"
 FAILURE_CLASS_KEY = "_ng_failure_class"
 """Set on a result that is a failure: it goes to ``<stem>_failures.jsonl``, never to the rollouts."""
 FAILURE_MESSAGE_KEY = "_ng_failure_message"
+FAILURE_KIND_KEY = "failure_kind"
+"""A failure's kind from ``nemo_gym.failure_kinds`` (what is counted); ``_ng_failure_class`` is which hop failed."""
+FAILURE_STAGE_KEY = "_ng_failure_stage"
+"""Where in the episode it failed (``seed``, ``agent``, ``verification``, ...), when known."""
 FAILURE_TERMINAL_KEY = "_ng_failure_terminal"
 """A failure that retrying cannot fix: resume does not run the rollout again, whatever the attempt count."""
 NO_PERSIST_KEY = "_ng_no_persist"

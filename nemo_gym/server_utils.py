@@ -50,6 +50,7 @@ from nemo_gym.transport.admission import in_admitted_request
 from nemo_gym.transport.routes import BodyRoute as _BodyRoute
 from nemo_gym.transport.routes import ServerApp as _ServerApp
 from nemo_gym.transport.types import ServerTimeoutError, TransportError
+from nemo_gym.verifiers.offload import RAY_ADDRESS_ENV_VAR as _RAY_ADDRESS_ENV_VAR
 
 if TYPE_CHECKING:
     import aiohttp
@@ -365,6 +366,12 @@ class SimpleServer(BaseServer):
     accepts_bearer_token: ClassVar[bool] = False
     """Whether ``Authorization: Bearer <run token>`` also lets a caller in (model servers: the ``openai`` SDK)."""
 
+    ray_enabled: ClassVar[bool | None] = None
+    """Whether this server's process may join the run's Ray cluster (NeMo Gym 0.7's class setting, which its folders
+    write as ``ray_enabled = False``). ``False``: the cluster's address is taken out of the process before the app is
+    built, so CPU offload (:mod:`nemo_gym.verifiers.offload`) uses a local pool. ``None`` (undeclared) or ``True``:
+    the cluster is joined on first use, when the run has one."""
+
     def setup_webserver(self) -> FastAPI:
         """Build the app. Subclasses call ``super().setup_webserver()`` and add their routes."""
         return self.create_app()
@@ -463,6 +470,8 @@ class SimpleServer(BaseServer):
         if global_config.get("verbose"):
             logging.getLogger().setLevel(logging.DEBUG)
         config = cls.load_config(name, global_config)
+        if cls.ray_enabled is False:
+            os.environ.pop(_RAY_ADDRESS_ENV_VAR, None)
         server = cls(config=config, server_client=ServerClient.load_from_global_config())
         app = server.setup_webserver()
         if not global_config.get(access.RUN_TOKEN_KEY):

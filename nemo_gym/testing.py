@@ -153,9 +153,12 @@ def local_server_client() -> Any:
 
 
 def _server_type(server: Any) -> str:
+    from nemo_gym.base_environment_server import BaseEnvironmentServer
     from nemo_gym.base_responses_api_agent import SimpleResponsesAPIAgent
     from nemo_gym.base_responses_api_model import SimpleResponsesAPIModel
 
+    if isinstance(server, BaseEnvironmentServer):
+        return "environment_servers"
     if isinstance(server, SimpleResponsesAPIAgent):
         return "responses_api_agents"
     if isinstance(server, SimpleResponsesAPIModel):

@@ -37,6 +37,7 @@ import orjson
 from tqdm import tqdm
 
 from nemo_gym.config.datasets import AGENT_REF_KEY
+from nemo_gym.failure_kinds import kind_of_class, stage_of_class
 from nemo_gym.jsonl import JsonlWriter, drop_repeated_rows, iter_jsonl, iter_jsonl_lines, repair_tail, write_json_atomic
 from nemo_gym.observability.capture import CAPTURE_KEY, OBSERVATIONS_KEY, TRAJECTORY_KEY
 from nemo_gym.rollouts.breaker import Breakers, Server
@@ -55,7 +56,15 @@ from nemo_gym.rollouts.outputs import manifest_path as manifest_path
 from nemo_gym.rollouts.outputs import recorded_fingerprint as recorded_fingerprint
 from nemo_gym.rollouts.pool import run_bounded
 from nemo_gym.rollouts.replicas import Router
-from nemo_gym.row_fields import FAILURE_CLASS_KEY, FAILURE_MESSAGE_KEY, FAILURE_TERMINAL_KEY, NO_PERSIST_KEY
+from nemo_gym.rollouts.routing import Routes
+from nemo_gym.row_fields import (
+    FAILURE_CLASS_KEY,
+    FAILURE_KIND_KEY,
+    FAILURE_MESSAGE_KEY,
+    FAILURE_STAGE_KEY,
+    FAILURE_TERMINAL_KEY,
+    NO_PERSIST_KEY,
+)
 from nemo_gym.transport import http_client
 from nemo_gym.transport.http_client import ServerTimeoutError, TransportConfig, TransportError
 
@@ -88,6 +97,8 @@ class CollectionOptions:
     a server missing here is still probed, by the address its failure names."""
     server_down_deadline_s: float = DEFAULT_SERVER_DOWN_DEADLINE_S
     """How long a down server may stay down before the run stops (``--server-down-deadline``)."""
+    routes: Routes | None = None
+    """Environment servers in front of agents (``rollouts/routing.py``); None: every row straight to its agent."""
 
 
 @dataclass
@@ -99,6 +110,9 @@ class CollectionSummary:
     skipped_done: int = 0
     skipped_exhausted: int = 0
     failure_classes: Counter = field(default_factory=Counter)
+    """Failures by the collector's class (the detail: which hop failed)."""
+    failure_kinds: Counter = field(default_factory=Counter)
+    """Failures by their kind from ``nemo_gym.failure_kinds``: what the command, the metrics and the viewer count."""
     not_persisted: int = 0
     """Failures the agent marked ``_ng_no_persist``: counted in ``failed``, written nowhere, run again on resume."""
     elapsed_s: float = 0.0
@@ -225,14 +239,25 @@ class RolloutCollector:
         not charged: the row waits (held by this worker) until the server is back and runs again."""
         row = pending.keys
         agent = row[AGENT_REF_KEY]["name"]
-        if self.agent_urls.get(agent) is None and self._send is None and not self._router.replicated(agent):
+        front = self.options.routes.for_agent(agent) if self.options.routes and self._send is None else None
+        if (
+            front is None
+            and self.agent_urls.get(agent) is None
+            and self._send is None
+            and not self._router.replicated(agent)
+        ):
             self._fail(row, RolloutFailure("unknown_agent", f"agent {agent!r} is not running"))
             return
         while True:
             await self._breakers.wait_until_closed()
-            target, url = self._router.pick(agent)  # a replica that is up, when the agent has replicas
-            result = await self._attempt(agent, target, url, pending)
-            self._router.release(target, scored=not isinstance(result, RolloutFailure))
+            if front is not None:  # through the environment server in front of the agent, as the row is
+                result = await judge_rollout(
+                    _post_run(front[1], front[0], self._transport, data=pending.body, headers=_JSON_BODY)
+                )
+            else:
+                target, url = self._router.pick(agent)  # a replica that is up, when the agent has replicas
+                result = await self._attempt(agent, target, url, pending)
+                self._router.release(target, scored=not isinstance(result, RolloutFailure))
             if not isinstance(result, RolloutFailure):
                 break
             server = self._breakers.server_of(result.server) if result.server else None
@@ -281,12 +306,16 @@ class RolloutCollector:
                 AGENT_REF_KEY: row[AGENT_REF_KEY],
                 FAILURE_CLASS_KEY: failure.failure_class,
                 FAILURE_MESSAGE_KEY: failure.message,
+                FAILURE_KIND_KEY: failure.kind,
             }
+            if failure.stage is not None:
+                record[FAILURE_STAGE_KEY] = failure.stage
             self._failures.write(record | ({FAILURE_TERMINAL_KEY: True} if failure.terminal else {}))
         else:
             self.summary.not_persisted += 1
         self.summary.failed += 1
         self.summary.failure_classes[failure.failure_class] += 1
+        self.summary.failure_kinds[failure.kind] += 1
         self._advance()
 
     def _advance(self) -> None:
@@ -339,6 +368,18 @@ class RolloutFailure:
     """The server the failure points at, as the transport names it (``server 'policy_model' (127.0.0.1:8000)``), when
     it could not be reached or did not answer in time: the agent itself, or the upstream hop of the agent's 502. The
     collector's breakers (``rollouts/breaker.py``) ask that server before charging the rollout an attempt."""
+
+    @property
+    def kind(self) -> str:
+        """The failure's kind (``nemo_gym.failure_kinds``): the one its reporter named, else its class's."""
+        named = (self.answer or {}).get("failure_kind")
+        return named if isinstance(named, str) and named else kind_of_class(self.failure_class)
+
+    @property
+    def stage(self) -> str | None:
+        """Where in the episode it failed, when its reporter or its class says so."""
+        named = (self.answer or {}).get(FAILURE_STAGE_KEY)
+        return named if isinstance(named, str) and named else stage_of_class(self.failure_class)
 
     def answer_fields(self) -> dict[str, Any]:
         """The agent's answer without its routing flags (this failure's own ``terminal`` / ``persist`` say them)."""
@@ -417,12 +458,12 @@ async def judge_rollout(answer: Awaitable[tuple[int, bytes]]) -> dict[str, Any] 
     if isinstance(result, dict) and result.get(NO_PERSIST_KEY):
         failure_class = str(result.get(FAILURE_CLASS_KEY) or "no_persist")
         return RolloutFailure(failure_class, str(result.get(FAILURE_MESSAGE_KEY, "")), persist=False, answer=result)
-    if not isinstance(result, dict) or not isinstance(result.get("reward"), (int, float)):
-        return RolloutFailure("invalid_response", "the agent's /run answer has no numeric reward")
-    if result.get(FAILURE_CLASS_KEY):
+    if isinstance(result, dict) and result.get(FAILURE_CLASS_KEY):  # with a reward (a judge failure) or without
         terminal = bool(result.get(FAILURE_TERMINAL_KEY))
         message = str(result.get(FAILURE_MESSAGE_KEY, ""))
         return RolloutFailure(str(result[FAILURE_CLASS_KEY]), message, terminal, answer=result)
+    if not isinstance(result, dict) or not isinstance(result.get("reward"), (int, float)):
+        return RolloutFailure("invalid_response", "the agent's /run answer has no numeric reward")
     return result
 
 

@@ -5,9 +5,9 @@ Each default is written here once; the collector, reverify and the flags' help t
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from nemo_gym.config.command_config import BaseNeMoGymCLIConfig
 
@@ -55,6 +55,26 @@ class RolloutCollectionConfig(BaseNeMoGymCLIConfig):
         default=DEFAULT_SERVER_DOWN_DEADLINE_S, gt=0,
         description="How long to wait for a server that went down before stopping the run (--server-down-deadline).",
     )  # fmt: skip
+    environment_routing_mode: Literal["agent", "legacy", "taskset"] = Field(
+        default="agent",
+        description="Where rows go (rollouts/routing.py): `agent`, each row through the environment server that "
+        "fronts its agent (the agent itself when none does); `legacy`, every row through environment_server_name; "
+        "`taskset`, only materialized tasks, by environment_server_routes.",
+    )
+    environment_server_name: str | None = Field(
+        default=None, description="The environment server every row goes through with environment_routing_mode=legacy."
+    )
+    environment_server_routes: dict[str, str] = Field(
+        default_factory=dict, description="Task set -> environment server, for materialized task rows."
+    )
+
+    @model_validator(mode="after")
+    def _routing_is_complete(self) -> RolloutCollectionConfig:
+        if self.environment_routing_mode == "legacy" and not self.environment_server_name:
+            raise ValueError("environment_routing_mode=legacy needs environment_server_name")
+        if self.environment_routing_mode == "taskset" and not self.environment_server_routes:
+            raise ValueError("environment_routing_mode=taskset needs environment_server_routes")
+        return self
 
     @field_validator("num_repeats", mode="before")
     @classmethod

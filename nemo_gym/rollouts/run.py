@@ -24,6 +24,7 @@ from nemo_gym.rollouts.inputs import agent_names as agent_names
 from nemo_gym.rollouts.inputs import prepare_inputs as prepare_inputs
 from nemo_gym.rollouts.inputs import prepare_split_input as prepare_split_input
 from nemo_gym.rollouts.materialize import Materialized
+from nemo_gym.rollouts.routing import Routes, routes_for
 from nemo_gym.transport import heap, http_client
 
 
@@ -38,6 +39,18 @@ class RunResult:
 def agent_urls(config: ComposedConfig | DictConfig) -> dict[str, str]:
     """Base URL of every agent instance in a config whose ports are assigned."""
     return {server.name: server.url for server in run_servers(config) if server.kind == "responses_api_agents"}
+
+
+def run_routes(settings: RolloutCollectionConfig, config: ComposedConfig) -> Routes:
+    """Which environment server each agent's rows go through (``rollouts/routing.py``)."""
+    urls = {server.name: server.url for server in run_servers(config) if server.kind == "environment_servers"}
+    return routes_for(
+        config.config,
+        urls,
+        settings.environment_routing_mode,
+        settings.environment_server_name,
+        settings.environment_server_routes,
+    )
 
 
 def run_servers(config: ComposedConfig | DictConfig, placed: list[dict[str, Any]] | None = None) -> list[Server]:
@@ -98,6 +111,7 @@ def run_collection(
         rollout_timeout_s=settings.rollout_timeout_seconds,
         show_progress=show_progress,
         capture_dirs=capture_dirs_from_config(composed.config),
+        routes=run_routes(settings, composed),
     )
     with asyncio.Runner(loop_factory=collector_loop_factory()) as runner:
         return runner.run(_collect_and_aggregate(materialized, urls, options, settings.disable_aggregation))

@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from nemo_gym.failure_kinds import kind_of_class
 from nemo_gym.row_fields import FAILURE_CLASS_KEY
 
 NO_REWARD = float("nan")
@@ -43,7 +44,7 @@ def mapping(value: Any) -> dict[str, Any]:
 
 
 def _summary(row: dict[str, Any]) -> tuple[float, int, int, str, str, int, int, int, int, int]:
-    """(reward, task, rollout, agent, failure class, tool calls, output chars, turns, input tokens, output tokens)."""
+    """(reward, task, rollout, agent, failure kind, tool calls, output chars, turns, input tokens, output tokens)."""
     reward = row.get("reward")
     response = mapping(row.get("response"))
     output = response.get("output")
@@ -66,7 +67,7 @@ def _summary(row: dict[str, Any]) -> tuple[float, int, int, str, str, int, int, 
     usage = mapping(response.get("usage"))
     ref = row.get("agent_ref")
     agent = str(ref.get("name", "unknown")) if isinstance(ref, dict) else str(ref or "unknown")
-    failure = row.get(FAILURE_CLASS_KEY)
+    failure = _failure_kind(row)
     return (
         float(reward) if isinstance(reward, int | float) and not isinstance(reward, bool) else NO_REWARD,
         _int(row.get("_ng_task_index")),
@@ -79,6 +80,15 @@ def _summary(row: dict[str, Any]) -> tuple[float, int, int, str, str, int, int, 
         _int(usage.get("input_tokens")),
         _int(usage.get("output_tokens")),
     )
+
+
+def _failure_kind(row: dict[str, Any]) -> str:
+    """A failure row's kind (``nemo_gym.failure_kinds``), what the viewer groups failures by; "" for a scored row."""
+    failure_class = row.get(FAILURE_CLASS_KEY)
+    if not failure_class:
+        return ""
+    named = row.get("failure_kind")
+    return named if isinstance(named, str) and named else kind_of_class(str(failure_class))
 
 
 def _int(value: Any) -> int:

@@ -6,6 +6,10 @@ model's response is incomplete (e.g. it ran out of tokens), or after ``max_steps
 ever reasons cannot loop forever. A bad tool call (unparseable arguments, unknown tool, a tool error) becomes a
 ``function_call_output`` the model can read and react to; a failing model or verifier fails the rollout.
 
+In an environment server's episode (an agent session, ``nemo_gym.agent_sessions``) the environment server seeds and
+verifies: ``/v1/responses`` runs the loop with the resources session the episode's tool access names, and closing the
+session hands its cookies back.
+
 With ``execute_tools: false`` a rollout is one model call whose function calls are the answer: ``/verify`` judges them
 (function-calling datasets scored by argument comparison) and no tool route is ever called.
 """
@@ -13,14 +17,18 @@ With ``execute_tools: false`` a rollout is one model call whose function calls a
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from fastapi import Request, Response
+from fastapi import HTTPException, Request, Response
 from pydantic import Field
 
 from nemo_gym.base_resources_server import BaseRunRequest
 from nemo_gym.base_responses_api_agent import (
+    AgentCloseSessionResponse,
+    AgentSeedSessionRequest,
+    AgentSessionState,
     BaseResponsesAPIAgentConfig,
     SimpleResponsesAPIAgent,
     add_usage,
@@ -28,6 +36,7 @@ from nemo_gym.base_responses_api_agent import (
 )
 from nemo_gym.config_types import AggregateMetrics, AggregateMetricsRequest, ModelServerRef, ResourcesServerRef
 from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParamsNonStreaming
+from nemo_gym.tool_access import DirectHTTPToolAccess
 from nemo_gym.transport.http_client import TransportError, cookies_from, raise_for_status, response_json
 
 RESERVED_ROUTES = frozenset({"seed_session", "verify", "aggregate_metrics", "reverify_mode"})
@@ -44,16 +53,40 @@ class SimpleAgentConfig(BaseResponsesAPIAgentConfig):
     """False: one model call, and its function calls are the answer to judge (never run, no tool outputs)."""
 
 
+@dataclass
+class ToolSession(AgentSessionState):
+    """An agent session's resources cookies, as the episode's tool access gave them and the tools then set them."""
+
+    cookies: dict[str, str] = field(default_factory=dict)
+
+
 class SimpleAgent(SimpleResponsesAPIAgent):
     config: SimpleAgentConfig
 
     async def responses(
         self, request: Request, response: Response, body: NeMoGymResponseCreateParamsNonStreaming
     ) -> NeMoGymResponse:
+        params = body.model_dump(mode="json", exclude_unset=True)
+        session = self.agent_session_of(request)
+        if isinstance(session, ToolSession):
+            capture = self._model_call_capture_enabled()  # the model server takes /ng-rollout/ paths only then
+            model_path = self.url_path_for_request("/v1/responses", request) if capture else "/v1/responses"
+            return NeMoGymResponse.model_validate(await self.run_loop(params, session.cookies, model_path))
         cookies = dict(request.cookies)
-        final = await self.run_loop(body.model_dump(mode="json", exclude_unset=True), cookies)
+        final = await self.run_loop(params, cookies)
         self.pass_on_new_cookies(request, response, cookies)
         return NeMoGymResponse.model_validate(final)
+
+    async def _seed_agent_session_state(self, body: AgentSeedSessionRequest) -> AgentSessionState:
+        """The tools are the resources server's HTTP routes: take its session cookies from the episode's access."""
+        direct = [a for a in self.effective_tool_accesses(body) if isinstance(a, DirectHTTPToolAccess)]
+        if not direct and any(access.required for access in body.tool_accesses):
+            raise HTTPException(422, "simple_agent reaches tools over HTTP only: give it a direct_http tool access")
+        return ToolSession(request=body, cookies=dict(direct[0].cookies) if direct else {})
+
+    async def _close_agent_session_state(self, state: AgentSessionState) -> AgentCloseSessionResponse:
+        cookies = state.cookies if isinstance(state, ToolSession) else None
+        return AgentCloseSessionResponse(agent_session_id=state.request.agent_session_id, resources_cookies=cookies)
 
     async def run(self, request: Request, body: BaseRunRequest) -> Response:
         row = body.model_dump(mode="json", exclude_unset=True)
@@ -69,7 +102,9 @@ class SimpleAgent(SimpleResponsesAPIAgent):
         """Metric logic lives with the environment: ask the resources server."""
         return await self.resources_server_metrics(self.config.resources_server.name, body)
 
-    async def run_loop(self, params: dict[str, Any], cookies: dict[str, str]) -> dict[str, Any]:
+    async def run_loop(
+        self, params: dict[str, Any], cookies: dict[str, str], model_path: str = "/v1/responses"
+    ) -> dict[str, Any]:
         """Run the tool loop for one set of create params; returns the final Responses object as a dict.
 
         Its ``output`` holds every item produced after the original input (model items and tool outputs, in order)
@@ -84,9 +119,9 @@ class SimpleAgent(SimpleResponsesAPIAgent):
         last: dict[str, Any] = {}
         for _ in range(self.config.max_steps):
             answer = await self.server_client.post(
-                model, "/v1/responses", json=params | {"input": original_input + new_outputs}, cookies=cookies
+                model, model_path, json=params | {"input": original_input + new_outputs}, cookies=cookies
             )
-            raise_for_status(answer, model, "/v1/responses")
+            raise_for_status(answer, model, model_path)
             cookies.update(cookies_from(answer))
             last = await response_json(answer)
             outputs = last.get("output") or []

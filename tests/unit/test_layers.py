@@ -17,6 +17,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "nemo_gym"
 LAYERS: dict[str, int] = {
     # 1: the error tree
     "errors": 1,
+    "failure_kinds": 1,
     # 2: wire format and helpers that know nothing of servers
     "__init__": 2,
     "checkout": 2,
@@ -34,6 +35,9 @@ LAYERS: dict[str, int] = {
     "session_store": 2,
     "metrics": 2,
     "row_fields": 2,
+    "episode_types": 2,
+    "tool_access": 2,
+    "task_materialization": 2,
     "reward_profile": 2,
     "profiling": 2,
     "sandbox/": 2,
@@ -50,6 +54,10 @@ LAYERS: dict[str, int] = {
     "base_responses_api_model": 5,
     "base_responses_api_agent": 5,
     "base_gymnasium_server": 5,
+    "base_environment_server": 5,
+    "resources_sessions": 5,
+    "agent_sessions": 5,
+    "single_agent_turn_types": 5,
     "judge": 5,
     "mcp_exposure": 5,
     "observability/": 5,

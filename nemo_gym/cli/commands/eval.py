@@ -152,7 +152,7 @@ def _run_reporting(collect: Callable[[], Any], settings: Any, stderr: GymConsole
     rate = summary.succeeded / summary.elapsed_s if summary.elapsed_s else 0.0
     stderr.print(
         f"{summary.succeeded} rollouts scored, {summary.failed} failed"
-        + (f" ({dict(summary.failure_classes)})" if summary.failed else "")
+        + (f" ({_counts(summary.failure_kinds)})" if summary.failed else "")
         + (f", {summary.skipped_done} already done" if summary.skipped_done else "")
         + (f", {summary.skipped_exhausted} out of attempts" if summary.skipped_exhausted else "")
         + f" in {summary.elapsed_s:.1f}s ({rate:.1f}/s)"
@@ -427,3 +427,8 @@ COMMANDS += (
         ),
     ),
 )
+
+
+def _counts(counter: Any) -> str:
+    """``transport_timeout: 2, verifier_error: 1``, most frequent first."""
+    return ", ".join(f"{name}: {count}" for name, count in counter.most_common())

@@ -1,0 +1,87 @@
+"""Which server a row goes to: its agent, or an environment server in front of it (NeMo Gym 0.7's routing).
+
+With ``environment_routing_mode: agent`` (the default) an agent that one environment server fronts gets its rows
+through that server's ``/run``, as they are; an agent that none fronts gets them directly, which is what NeMo Gym's
+generated ``legacy_agent`` relay does, without its extra hop (set ``error_on_agent_without_environment_server`` to
+refuse such an agent instead). ``legacy`` sends every row through ``environment_server_name``. A materialized task
+row (``task_id`` object + ``task_input``) goes to the environment server its task set names in
+``environment_server_routes``, as a typed episode request (:func:`episode_request`), in every mode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from nemo_gym.config.server_models import environment_servers_by_agent
+from nemo_gym.errors import ConfigError
+from nemo_gym.row_fields import ATTEMPT_INDEX_KEY, ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
+
+__all__ = ["Routes", "episode_request", "routes_for"]
+
+ERROR_ON_UNFRONTED_KEY = "error_on_agent_without_environment_server"
+
+
+@dataclass(frozen=True)
+class Routes:
+    """Where rows go: ``fronted`` agent -> environment server for flat rows, ``tasksets`` task set -> environment
+    server for materialized tasks, and every environment server's base URL."""
+
+    fronted: dict[str, str]
+    tasksets: dict[str, str]
+    urls: dict[str, str]
+
+    def for_agent(self, agent: str) -> tuple[str, str] | None:
+        """``(environment server, url)`` a flat row of ``agent`` goes through, or None: straight to the agent."""
+        name = self.fronted.get(agent)
+        return None if name is None else (name, self.urls[name])
+
+
+def routes_for(
+    config: Mapping[str, Any], urls: dict[str, str], mode: str, legacy_server: str | None, tasksets: dict[str, str]
+) -> Routes:
+    """The routes of a run. ``config``: the composed config; ``urls``: each environment server's base URL; the rest:
+    the run's routing settings (``rollouts/config.py``). A setting naming a server the config lacks, or an agent
+    fronted by several environment servers in ``agent`` mode, is a :class:`ConfigError` before any rollout."""
+    for setting, name in [("environment_server_name", legacy_server), *(
+        (f"environment_server_routes.{taskset}", server) for taskset, server in tasksets.items()
+    )]:  # fmt: skip
+        if name is not None and name not in urls:
+            known = ", ".join(sorted(urls)) or "none"
+            raise ConfigError(f"{setting}: no environment server named {name!r} runs (environment servers: {known})")
+    by_agent = environment_servers_by_agent(config)
+    agents = [str(k) for k, v in config.items() if isinstance(v, Mapping) and "responses_api_agents" in v]
+    if mode == "legacy":
+        assert legacy_server is not None  # the settings' own validation
+        return Routes({agent: legacy_server for agent in agents}, dict(tasksets), dict(urls))
+    fronted: dict[str, str] = {}
+    for agent in agents:
+        servers = [s for s in by_agent.get(agent, []) if s in urls]
+        if len(servers) > 1:
+            raise ConfigError(
+                f"agent {agent!r} is fronted by several environment servers ({', '.join(servers)}): its rows cannot "
+                "choose; set environment_routing_mode=legacy with environment_server_name, or route by task set"
+            )
+        if servers:
+            fronted[agent] = servers[0]
+        elif config.get(ERROR_ON_UNFRONTED_KEY):
+            raise ConfigError(
+                f"agent {agent!r} has no environment server in front of it, and {ERROR_ON_UNFRONTED_KEY} is set: "
+                "add one (environment_servers/legacy_agent relays /run unchanged) or unset the key"
+            )
+    return Routes(fronted, dict(tasksets), dict(urls))
+
+
+def episode_request(row: Mapping[str, Any]) -> dict[str, Any]:
+    """The typed episode request of a materialized task row: its task, and which attempt of which rollout."""
+    from nemo_gym.observability.correlation import rollout_id_from_run_body
+
+    attempt = row.get(ATTEMPT_INDEX_KEY, 0)
+    rollout_id = rollout_id_from_run_body({**row, ATTEMPT_INDEX_KEY: 0})
+    if rollout_id is None:
+        rollout_id = f"{row.get(TASK_INDEX_KEY)}-{row.get(ROLLOUT_INDEX_KEY)}"
+    return {
+        "episode_id": {"rollout_id": rollout_id, "attempt": attempt},
+        "task": {"task_id": row["task_id"], "task_input": row["task_input"]},
+    }
