@@ -16,9 +16,23 @@ from typing import Any
 
 from nemo_gym.config.server_models import environment_servers_by_agent
 from nemo_gym.errors import ConfigError
-from nemo_gym.row_fields import ATTEMPT_INDEX_KEY, ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
+from nemo_gym.row_fields import (
+    ATTEMPT_INDEX_KEY,
+    FAILURE_CLASS_KEY,
+    FAILURE_KIND_KEY,
+    FAILURE_MESSAGE_KEY,
+    FAILURE_STAGE_KEY,
+    FAILURE_TERMINAL_KEY,
+    ROLLOUT_INDEX_KEY,
+    TASK_INDEX_KEY,
+)
 
-__all__ = ["Routes", "episode_request", "routes_for"]
+__all__ = ["ENVIRONMENT_SERVER_FAILED", "TASK_ID_KEY", "Routes", "episode_record", "episode_request", "routes_for"]
+
+ENVIRONMENT_SERVER_FAILED = "environment_server_failed"
+"""The failure class of an episode an environment server answered with a failure (its kind says what failed)."""
+TASK_ID_KEY = "_ng_task_id"
+"""The materialized task's id (task set + task id) on the row stored for it."""
 
 ERROR_ON_UNFRONTED_KEY = "error_on_agent_without_environment_server"
 
@@ -85,3 +99,36 @@ def episode_request(row: Mapping[str, Any]) -> dict[str, Any]:
         "episode_id": {"rollout_id": rollout_id, "attempt": attempt},
         "task": {"task_id": row["task_id"], "task_input": row["task_input"]},
     }
+
+
+def episode_record(response: Mapping[str, Any]) -> dict[str, Any]:
+    """The row the collector stores for an environment server's typed answer (``BaseEpisodeResponse``).
+
+    A ``result`` is stored as the server gave it (its top-level ``reward`` is the score), with ``_ng_task_id``; a
+    ``failure`` becomes a failure row: class ``environment_server_failed``, its kind, stage, reason and
+    terminality. A result that uses the collector's own ``_ng_*`` keys is refused: they would be overwritten.
+    """
+    task_id = response.get("task_id")
+    failure = response.get("failure")
+    if failure is not None:
+        if not isinstance(failure, Mapping):
+            raise ValueError(f"the environment server's failure for task {task_id!r} is not an object: {failure!r}")
+        record: dict[str, Any] = {
+            TASK_ID_KEY: task_id,
+            FAILURE_CLASS_KEY: ENVIRONMENT_SERVER_FAILED,
+            FAILURE_MESSAGE_KEY: failure.get("failure_reason"),
+        }
+        if failure.get("terminal"):
+            record[FAILURE_TERMINAL_KEY] = True
+        for source, key in (("failure_kind", FAILURE_KIND_KEY), ("stage", FAILURE_STAGE_KEY),
+                            ("partial_response", "_ng_failure_partial_response")):  # fmt: skip
+            if failure.get(source) is not None:
+                record[key] = failure[source]
+        return record
+    result = response.get("result")
+    if not isinstance(result, Mapping):
+        raise ValueError(f"the environment server's result for task {task_id!r} is not an object: {result!r}")
+    reserved = sorted(key for key in result if key.startswith("_ng_"))
+    if reserved:
+        raise ValueError(f"the environment server's result for task {task_id!r} uses the collector's keys {reserved}")
+    return {**result, TASK_ID_KEY: task_id}
