@@ -71,7 +71,7 @@ LAYERS: dict[str, int] = {
     "training/": 6,
     "assets": 6,
     "benchmarks": 6,
-    "testing": 6,
+    "testing/": 6,
     "prompt": 6,
     "path_utils": 6,
     "registry": 6,
