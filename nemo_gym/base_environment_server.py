@@ -46,6 +46,8 @@ class BaseEnvironmentServerConfig(BaseRunServerInstanceConfig):
 
     model_config = ConfigDict(extra="forbid")
 
+    description: str | None = None
+    """What the environment does, for ``gym list`` (the one key besides the limits that a catalog reads)."""
     max_concurrent_episodes: PositiveInt | None = None
     queue_timeout_seconds: PositiveFloat | None = None
     default_episode_timeout_seconds: PositiveFloat | None = None

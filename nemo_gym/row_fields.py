@@ -12,6 +12,7 @@ from nemo_gym.metrics import TASK_INDEX_KEY_NAME as TASK_INDEX_KEY
 
 __all__ = [
     "ATTEMPT_INDEX_KEY",
+    "ENVIRONMENT_SERVER_KEY",
     "FAILURE_CLASS_KEY",
     "FAILURE_KIND_KEY",
     "FAILURE_MESSAGE_KEY",
@@ -30,6 +31,8 @@ ROLLOUT_ID_KEY = "_ng_rollout_id"
 FAILURE_CLASS_KEY = "_ng_failure_class"
 """Set on a result that is a failure: it goes to ``<stem>_failures.jsonl``, never to the rollouts."""
 FAILURE_MESSAGE_KEY = "_ng_failure_message"
+ENVIRONMENT_SERVER_KEY = "_ng_environment_server"
+"""The environment server a rollout went through, when one fronted its agent (``rollouts/routing.py``)."""
 FAILURE_KIND_KEY = "failure_kind"
 """A failure's kind from ``nemo_gym.failure_kinds`` (what is counted); ``_ng_failure_class`` is which hop failed."""
 FAILURE_STAGE_KEY = "_ng_failure_stage"

@@ -24,6 +24,7 @@ Guarantees:
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
@@ -58,6 +59,7 @@ from nemo_gym.rollouts.pool import run_bounded
 from nemo_gym.rollouts.replicas import Router
 from nemo_gym.rollouts.routing import Routes
 from nemo_gym.row_fields import (
+    ENVIRONMENT_SERVER_KEY,
     FAILURE_CLASS_KEY,
     FAILURE_KIND_KEY,
     FAILURE_MESSAGE_KEY,
@@ -254,6 +256,7 @@ class RolloutCollector:
                 result = await judge_rollout(
                     _post_run(front[1], front[0], self._transport, data=pending.body, headers=_JSON_BODY)
                 )
+                result = _stamped(result, front[0])
             else:
                 target, url = self._router.pick(agent)  # a replica that is up, when the agent has replicas
                 result = await self._attempt(agent, target, url, pending)
@@ -326,6 +329,14 @@ class RolloutCollector:
         for agent, (total, count) in self._reward_sums.items():
             postfix[f"reward[{agent}]"] = f"{total / count:.3f}"
         self._bar.set_postfix(postfix, refresh=False)
+
+
+def _stamped(result: dict[str, Any] | RolloutFailure, server: str) -> dict[str, Any] | RolloutFailure:
+    """``result`` marked with the environment server it went through."""
+    if isinstance(result, RolloutFailure):
+        return dataclasses.replace(result, answer=(result.answer or {}) | {ENVIRONMENT_SERVER_KEY: server})
+    result[ENVIRONMENT_SERVER_KEY] = server
+    return result
 
 
 _ROW_KEYS = (TASK_INDEX_KEY, ROLLOUT_INDEX_KEY, AGENT_REF_KEY, ATTEMPT_INDEX_KEY)

@@ -73,10 +73,7 @@ def routes_for(
     for agent in agents:
         servers = [s for s in by_agent.get(agent, []) if s in urls]
         if len(servers) > 1:
-            raise ConfigError(
-                f"agent {agent!r} is fronted by several environment servers ({', '.join(servers)}): its rows cannot "
-                "choose; set environment_routing_mode=legacy with environment_server_name, or route by task set"
-            )
+            environment_server_for_agent(agent, {agent: servers})  # raises: the rows cannot choose
         if servers:
             fronted[agent] = servers[0]
         elif config.get(ERROR_ON_UNFRONTED_KEY):
@@ -132,3 +129,20 @@ def episode_record(response: Mapping[str, Any]) -> dict[str, Any]:
     if reserved:
         raise ValueError(f"the environment server's result for task {task_id!r} uses the collector's keys {reserved}")
     return {**result, TASK_ID_KEY: task_id}
+
+
+def environment_server_for_agent(agent: str, servers_by_agent: Mapping[str, list[str]]) -> str:
+    """The one environment server in front of ``agent`` (``servers_by_agent``: from ``environment_servers_by_agent``).
+
+    A row that names only its agent cannot pick between several servers, and cannot reach an agent none fronts: both
+    are :class:`ConfigError`, as in NeMo Gym 0.7, where validation is meant to catch them before any server starts.
+    """
+    servers = sorted(servers_by_agent.get(agent, []))
+    if len(servers) != 1:
+        raise ConfigError(
+            f"agent {agent!r} is fronted by several environment servers ({', '.join(servers)}): a row routed by its "
+            "agent cannot choose; set environment_routing_mode=legacy with environment_server_name, or route by task set"
+            if servers
+            else f"agent {agent!r} has no environment server in front of it, so no row can reach it"
+        )
+    return servers[0]
