@@ -14,6 +14,12 @@ patching that name here changes what it reads.
 The ``NG_*_KEY`` names are the result fields an agent sets to route a failure (``row_fields.py``):
 ``NG_FAILURE_CLASS_KEY`` makes it a failure, ``NG_TERMINAL_KEY`` stops resume from retrying it, ``NG_NO_PERSIST_KEY``
 keeps it out of every file so resume runs it again.
+
+For drivers that run their own collection loop (NeMo Gym 0.7's multi-stage GDPVal, say) it also offers the rules the
+collector applies to rows: :func:`is_terminal_failure`, :func:`observed_elapsed`, :func:`get_max_rollout_attempts`,
+:func:`migrate_invalid_judge_main_rows` (``rollouts/failure_rules.py``), :class:`DispatchLatencyTracker`
+(``rollouts/latency.py``), ``_attach_ng_perf`` (``observability/perf.py``), and the environment-server routing helpers
+of ``rollouts/routing.py``.
 """
 
 from __future__ import annotations
@@ -26,26 +32,40 @@ from typing import Any
 from nemo_gym.config.datasets import AGENT_REF_KEY
 from nemo_gym.config.roots import find_path as _find_path
 from nemo_gym.config.server_models import BaseServerConfig
+from nemo_gym.config.server_models import environment_servers_by_agent as _environment_servers_by_agent
 from nemo_gym.errors import ConfigError
 from nemo_gym.global_config import get_global_config_dict
 from nemo_gym.jsonl import iter_jsonl as _iter_jsonl
 from nemo_gym.observability.capture import capture_dirs_from_config as _capture_dirs_from_config
+from nemo_gym.observability.perf import attach_ng_perf as _attach_ng_perf
 from nemo_gym.observability.trajectory import TRAJECTORY_KEY as NG_TRAJECTORY_KEY
 from nemo_gym.observability.trajectory import attach_trajectory_record as _attach_trajectory_record
+from nemo_gym.observability.trajectory import build_trajectory_record as _build_trajectory_record
+from nemo_gym.observability.trajectory import trajectory_identity as _trajectory_identity
 from nemo_gym.rollouts import aggregate as _aggregate
 from nemo_gym.rollouts.collector import CollectionOptions as _CollectionOptions
 from nemo_gym.rollouts.collector import RolloutCollector as _RolloutCollector
 from nemo_gym.rollouts.collector import RolloutFailure as _RolloutFailure
 from nemo_gym.rollouts.collector import RunSender as _RunSender
 from nemo_gym.rollouts.collector import default_max_attempts as _get_max_rollout_attempts
+from nemo_gym.rollouts.collector import default_max_attempts as get_max_rollout_attempts
 from nemo_gym.rollouts.collector import judge_rollout as _judge_rollout
 from nemo_gym.rollouts.collector import recorded_fingerprint as _recorded_fingerprint
 from nemo_gym.rollouts.config import DEFAULT_CONCURRENCY as _DEFAULT_CONCURRENCY
 from nemo_gym.rollouts.config import RolloutCollectionConfig
+from nemo_gym.rollouts.failure_rules import (
+    SharedRolloutCollectionConfig,
+    is_terminal_failure,
+    migrate_invalid_judge_main_rows,
+    observed_elapsed,
+)
 from nemo_gym.rollouts.fd_limit import check_open_file_limit as _check_open_file_limit
+from nemo_gym.rollouts.latency import DispatchLatencyTracker
 from nemo_gym.rollouts.materialize import MaterializeOptions as _MaterializeOptions
 from nemo_gym.rollouts.materialize import materialize as _materialize
 from nemo_gym.rollouts.materialize import rollout_key as _rollout_key
+from nemo_gym.rollouts.routing import environment_server_for_agent as _environment_server_for_agent
+from nemo_gym.rollouts.routing import episode_record as _episode_record
 from nemo_gym.rollouts.run import run_servers as _run_servers
 from nemo_gym.row_fields import FAILURE_CLASS_KEY as NG_FAILURE_CLASS_KEY
 from nemo_gym.row_fields import FAILURE_TERMINAL_KEY as NG_TERMINAL_KEY
@@ -57,6 +77,7 @@ __all__ = [
     "AGENT_REF_KEY",
     "BaseServerConfig",
     "ConfigError",
+    "DispatchLatencyTracker",
     "NG_FAILURE_CLASS_KEY",
     "NG_NO_PERSIST_KEY",
     "NG_TERMINAL_KEY",
@@ -64,9 +85,20 @@ __all__ = [
     "RolloutCollectionConfig",
     "RolloutCollectionHelper",
     "ServerClient",
+    "SharedRolloutCollectionConfig",
+    "_attach_ng_perf",
     "_attach_trajectory_record",
+    "_build_trajectory_record",
+    "_environment_server_for_agent",
+    "_environment_servers_by_agent",
+    "_episode_record",
     "_get_max_rollout_attempts",
+    "_trajectory_identity",
     "get_global_config_dict",
+    "get_max_rollout_attempts",
+    "is_terminal_failure",
+    "migrate_invalid_judge_main_rows",
+    "observed_elapsed",
 ]
 
 

@@ -2,10 +2,13 @@
 
 They are defined in ``observability/records.py``; an agent returns an :class:`AgentObservationBundle` as
 ``ng_agent_observations`` and the collector builds the :class:`TrajectoryRecord` (``ng_trajectory``).
+:func:`join_model_call_observations` (``observability/joins.py``) resolves a bundle's model call references against
+the captured calls.
 """
 
 from __future__ import annotations
 
+from nemo_gym.observability.joins import join_model_call_observations
 from nemo_gym.observability.records import (
     AgentEpisode,
     AgentInvocation,
@@ -42,4 +45,5 @@ __all__ = [
     "TrajectoryTokenStats",
     "TrajectoryToolCall",
     "TrajectoryTurn",
+    "join_model_call_observations",
 ]
