@@ -25,10 +25,13 @@ __all__ = [
     "TASK_INDEX_KEY_NAME",
     "AggregateMetrics",
     "AggregateMetricsRequest",
+    "AggregateMetricsMixin",
+    "RewardProfiler",
     "WANDBConfig",
     "aggregate_verify_responses",
     "aggregate_with_hooks",
     "category_metrics",
+    "compute_aggregate_metrics",
     "default_key_metrics",
     "group_by_task",
     "majority_at_k",
@@ -272,3 +275,202 @@ def category_metrics(rows: Sequence[dict[str, Any]], field: str) -> dict[str, fl
         result[f"{field}/{value}/share"] = len(rewards) / len(rows)
         result[f"{field}/{value}/mean_reward"] = statistics.fmean(rewards)
     return result
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# NeMo Gym 0.7's metric hooks and its aggregation entry point (nemo_gym.reward_profile re-exports them)
+
+_MASK_SAMPLE_FIELD = "mask_sample"
+"""A verify response that sets this ran, but its reward measures nothing about the policy (an environment fault)."""
+_ACROSS_REPEATS = "_across_repeats/"
+"""``<stat>_across_repeats/<metric>``: a statistic of one metric over the repeats, each repeat scored on its own."""
+
+
+class AggregateMetricsMixin:
+    """The hooks that shape a server's ``/aggregate_metrics``: override any of them; defaults add nothing.
+
+    ``compute_metrics(tasks)`` gets every measured verify response grouped by task and returns metrics merged into the
+    agent metrics; ``compute_repeat_metrics(tasks)`` gets one repeat at a time and its metrics are summarized across
+    repeats; ``get_key_metrics(agent_metrics)`` picks the headline ones.
+    """
+
+    def compute_metrics(self, tasks: list[list[dict[str, Any]]]) -> dict[str, Any]:
+        return {}
+
+    def compute_repeat_metrics(self, tasks: list[list[dict[str, Any]]]) -> dict[str, Any]:
+        return {}
+
+    def get_key_metrics(self, agent_metrics: dict[str, Any]) -> dict[str, Any]:
+        return default_key_metrics(agent_metrics)
+
+    def _aggregate_with_hooks(self, rows: list[dict[str, Any]]) -> AggregateMetrics:
+        return compute_aggregate_metrics(rows, self.compute_metrics, self.get_key_metrics, self.compute_repeat_metrics)
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _coverage(rows: list[dict[str, Any]], measured: list[dict[str, Any]]) -> dict[str, int]:
+    """How much of the run the quality metrics come from; empty when nothing was masked."""
+    if len(measured) == len(rows):
+        return {}
+    tasks = {row.get(TASK_INDEX_KEY_NAME, 0) for row in rows}
+    measured_tasks = {row.get(TASK_INDEX_KEY_NAME, 0) for row in measured}
+    return {
+        "coverage/measured_rollouts": len(measured),
+        "coverage/masked_rollouts": len(rows) - len(measured),
+        "coverage/measured_tasks": len(measured_tasks),
+        "coverage/fully_masked_tasks": len(tasks - measured_tasks),
+    }
+
+
+def _repeat_statistics(
+    measured: list[dict[str, Any]],
+    compute_repeat_metrics: Callable[[list[list[dict[str, Any]]]], dict[str, Any]],
+    full_run: dict[str, Any],
+) -> dict[str, float]:
+    """Each repeat (rollout index) scored alone by the hook, then every metric that is a finite number in all
+    repeats (and in the full run, where the full run has it) summarized across them."""
+    by_repeat: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for row in measured:
+        by_repeat[int(row.get(ROLLOUT_INDEX_KEY_NAME, 0))].append(row)
+    if len(by_repeat) < 2:
+        return {}
+    per_repeat = []
+    for repeat in sorted(by_repeat):
+        groups = group_by_task(by_repeat[repeat])
+        per_repeat.append(compute_repeat_metrics(list(groups.values())))
+    result: dict[str, float] = {}
+    for name in sorted({name for metrics in per_repeat for name in metrics}):
+        values = [metrics.get(name) for metrics in per_repeat]
+        if not all(_finite(v) for v in values) or (name in full_run and not _finite(full_run[name])):
+            continue
+        numbers = [float(v) for v in values]  # type: ignore[arg-type]  # all finite numbers, checked above
+        spread = statistics.stdev(numbers)
+        result |= {
+            f"mean{_ACROSS_REPEATS}{name}": statistics.fmean(numbers),
+            f"median{_ACROSS_REPEATS}{name}": statistics.median(numbers),
+            f"std{_ACROSS_REPEATS}{name}": spread,
+            f"se{_ACROSS_REPEATS}{name}": spread / math.sqrt(len(numbers)),
+            f"min{_ACROSS_REPEATS}{name}": min(numbers),
+            f"max{_ACROSS_REPEATS}{name}": max(numbers),
+        }
+    return result
+
+
+def compute_aggregate_metrics(
+    verify_responses: list[dict[str, Any]],
+    compute_metrics_fn: Callable[[list[list[dict[str, Any]]]], dict[str, Any]] | None = None,
+    get_key_metrics_fn: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    compute_repeat_metrics_fn: Callable[[list[list[dict[str, Any]]]], dict[str, Any]] | None = None,
+) -> AggregateMetrics:
+    """``/aggregate_metrics`` with a server's hooks, as NeMo Gym 0.7 computes it from outside a server.
+
+    The default statistics and ``compute_metrics_fn`` (see :func:`aggregate_with_hooks`) over the measured responses:
+    those without ``mask_sample``, whose flag is dropped, with ``coverage/*`` counts when any was masked (every one
+    masked: only the counts). ``compute_repeat_metrics_fn`` adds ``<stat>_across_repeats/<metric>`` when the run has
+    several repeats. ``get_key_metrics_fn`` picks the headline metrics last; coverage counts are always among them.
+    """
+    if not verify_responses:
+        return AggregateMetrics(agent_metrics={}, key_metrics={}, group_level_metrics=[])
+    measured = [
+        {k: v for k, v in row.items() if k != _MASK_SAMPLE_FIELD}
+        for row in verify_responses
+        if not row.get(_MASK_SAMPLE_FIELD)
+    ]
+    coverage = _coverage(verify_responses, measured)
+    if not measured:
+        return AggregateMetrics(agent_metrics=dict(coverage), key_metrics=dict(coverage), group_level_metrics=[])
+    custom: dict[str, Any] = {}
+
+    def compute_metrics(tasks: list[list[dict[str, Any]]]) -> dict[str, Any]:
+        custom.update(compute_metrics_fn(tasks) if compute_metrics_fn is not None else {})
+        return custom
+
+    result = aggregate_with_hooks(measured, compute_metrics, lambda metrics: {})
+    result.agent_metrics.update(coverage)
+    if compute_repeat_metrics_fn is not None:
+        result.agent_metrics.update(_repeat_statistics(measured, compute_repeat_metrics_fn, custom))
+    pick = get_key_metrics_fn if get_key_metrics_fn is not None else default_key_metrics
+    result.key_metrics = {**pick(result.agent_metrics), **coverage}
+    return result
+
+
+class RewardProfiler:
+    """NeMo Gym 0.7's per-rollout view of results: aligning results with their inputs, and each rollout's numbers."""
+
+    @staticmethod
+    def _by_key(rows: list[dict[str, Any]], what: str) -> dict[tuple[Any, Any], dict[str, Any]]:
+        indexed: dict[tuple[Any, Any], dict[str, Any]] = {}
+        for row in rows:
+            key = (row[TASK_INDEX_KEY_NAME], row[ROLLOUT_INDEX_KEY_NAME])
+            if key in indexed:
+                raise ValueError(f"Duplicate {what} row for rollout key {key}")
+            indexed[key] = row
+        return indexed
+
+    def align_rows_and_results(
+        self, rows: list[dict[str, Any]], results: list[dict[str, Any]], allow_partial_rollouts: bool = False
+    ) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+        """``(input row, result)`` pairs by rollout key, in key order. A result without an input is an error; an
+        input without a result too, unless ``allow_partial_rollouts``."""
+        inputs, outputs = self._by_key(rows, "materialized input"), self._by_key(results, "result")
+        extra = sorted(outputs.keys() - inputs.keys())
+        if extra:
+            raise ValueError(f"{len(extra)} rollout results have no materialized input row, e.g. {extra[:10]}")
+        missing = sorted(inputs.keys() - outputs.keys())
+        if missing and not allow_partial_rollouts:
+            raise ValueError(
+                f"{len(missing)} materialized input rows have no rollout result, e.g. {missing[:10]}; "
+                "++allow_partial_rollouts=True profiles the completed ones"
+            )
+        return [(inputs[key], outputs[key]) for key in sorted(inputs.keys() & outputs.keys())]
+
+    def profile_completion_summary(self, rows: list[dict[str, Any]], results: list[dict[str, Any]]) -> dict[str, Any]:
+        """How complete a collection is, by rollout and by input row (a task of one agent)."""
+        inputs, outputs = self._by_key(rows, "materialized input"), self._by_key(results, "result")
+        done = inputs.keys() & outputs.keys()
+
+        def group(key: tuple[Any, Any]) -> tuple[Any, Any]:
+            ref = inputs[key].get("agent_ref")
+            return key[0], ref.get("name") if isinstance(ref, dict) else ref
+
+        expected, completed = Counter(group(k) for k in inputs), Counter(group(k) for k in done)
+        complete = sum(1 for g, n in expected.items() if completed[g] == n)
+        partial = sum(1 for g, n in expected.items() if 0 < completed[g] < n)
+        return {
+            "expected_rollout_rows": len(inputs),
+            "completed_rollout_rows": len(done),
+            "missing_rollout_rows": len(inputs) - len(done),
+            "extra_rollout_rows": len(outputs.keys() - inputs.keys()),
+            "reward_profile_completion_pct": 100.0 * len(done) / len(inputs) if inputs else 100.0,
+            "total_input_rows": len(expected),
+            "complete_input_rows": complete,
+            "partial_input_rows": partial,
+            "missing_input_rows": len(expected) - complete - partial,
+        }
+
+    def rollout_info_from_result(self, result: dict[str, Any]) -> dict[str, Any]:
+        """One rollout's identity and numbers: its reward, its response's token usage and every other top-level
+        number (booleans as 0/1). Fields starting with ``_`` are bookkeeping, not metrics, and are left out."""
+        task, rollout = result[TASK_INDEX_KEY_NAME], result[ROLLOUT_INDEX_KEY_NAME]
+        info: dict[str, Any] = {
+            "rollout_id": f"{task}:{rollout}",
+            TASK_INDEX_KEY_NAME: task,
+            ROLLOUT_INDEX_KEY_NAME: rollout,
+        }
+        if "reward" in result:
+            info["reward"] = result["reward"]
+        response = result.get("response")
+        usage = (response.get("usage") if isinstance(response, dict) else None) or {}
+        fields = [
+            *usage.items(),
+            *((k, v) for k, v in result.items() if not k.startswith("_") and k not in ("reward", "response")),
+        ]
+        for key, value in fields:
+            if isinstance(value, bool):
+                info[key] = int(value)
+            elif isinstance(value, (int, float)):
+                info[key] = value
+        return info

@@ -17,7 +17,9 @@ Every value is averaged over tasks and is a percentage (0-100). With ``answer_ke
 answer is ``None``) is added to every rollout and gets the same treatment as the other scores.
 
 The default ``/aggregate_metrics`` statistics (``mean/reward``, ...) are in :mod:`nemo_gym.metrics`; the pass@k
-estimator is shared with it.
+estimator is shared with it. NeMo Gym 0.7's hooks and entry points live there too and are offered here under their
+0.7 names: ``AggregateMetricsMixin`` (``compute_metrics`` / ``compute_repeat_metrics`` / ``get_key_metrics``),
+``compute_aggregate_metrics`` (a server's ``/aggregate_metrics`` computed from outside it) and ``RewardProfiler``.
 """
 
 from __future__ import annotations
@@ -28,9 +30,18 @@ from collections import Counter
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
+from nemo_gym.metrics import AggregateMetricsMixin, RewardProfiler, compute_aggregate_metrics
 from nemo_gym.metrics import pass_at_k as _pass_at_k
 
-__all__ = ["add_avg_sample_std_dev", "compute_pass_majority_metrics", "compute_subset_metrics", "highest_k_metrics"]
+__all__ = [
+    "AggregateMetricsMixin",
+    "RewardProfiler",
+    "add_avg_sample_std_dev",
+    "compute_aggregate_metrics",
+    "compute_pass_majority_metrics",
+    "compute_subset_metrics",
+    "highest_k_metrics",
+]
 
 _ScoreFn = Callable[[dict[str, Any]], Mapping[str, Any]]
 """Maps one verify response to named scores (booleans count as 0/1), e.g. ``{"accuracy": r["reward"]}``."""
