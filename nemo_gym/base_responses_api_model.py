@@ -6,13 +6,18 @@ a subclass: ``StreamingMiddleware`` (``nemo_gym/streaming.py``) turns the finish
 subclass whose engine makes text incrementally may answer with its own stream (see ``stream_options``).
 ``GET /v1/models`` lists ``model_ids()``. ``POST /v1/messages`` (Anthropic's Messages API) needs nothing either:
 ``MessagesMiddleware`` (``nemo_gym/anthropic_messages.py``) answers it through ``/v1/responses``.
+
+A handler that knows more about a call than its answer says (it never reached the engine, the answer was made
+locally) records it with :func:`start_model_execution` (``observability/execution.py``), for the model-call capture.
 """
 
 from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from fastapi import Body, FastAPI
+import orjson
+from fastapi import Body, FastAPI, Response
+from pydantic import BaseModel
 
 from nemo_gym.anthropic_messages import MessagesMiddleware as _MessagesMiddleware
 from nemo_gym.config.server_models import BaseRunServerInstanceConfig
@@ -27,6 +32,7 @@ from nemo_gym.observability.capture import (
     install_model_call_capture,
     read_model_call_records,
 )
+from nemo_gym.observability.execution import ModelExecutionOutcome, start_model_execution
 from nemo_gym.observability.trajectory import merge_model_call_capture_into_record
 from nemo_gym.openai_utils import (
     NeMoGymChatCompletion,
@@ -36,6 +42,7 @@ from nemo_gym.openai_utils import (
 )
 from nemo_gym.server_utils import SimpleServer
 from nemo_gym.streaming import StreamingMiddleware as _StreamingMiddleware
+from nemo_gym.streaming_dialects import reconstruct_streamed_response as _reconstruct_streamed_response
 
 __all__ = [
     "BaseResponsesAPIModelConfig",
@@ -44,6 +51,7 @@ __all__ = [
     "CaptureStore",
     "ModelCallCaptureConfig",
     "ModelCallRecord",
+    "ModelExecutionOutcome",
     "NeMoGymChatCompletion",
     "NeMoGymChatCompletionCreateParamsNonStreaming",
     "NeMoGymResponse",
@@ -51,13 +59,31 @@ __all__ = [
     "SimpleResponsesAPIModel",
     "SimpleServer",
     "_CaptureMiddleware",
+    "_orjson_dispatch_response",
+    "_reconstruct_streamed_response",
     "aggregate_model_call_metrics",
     "aggregate_model_call_records",
     "build_model_call_record",
     "install_model_call_capture",
     "merge_model_call_capture_into_record",
+    "observability_enabled_from_config",
     "read_model_call_records",
+    "start_model_execution",
 ]
+
+
+def observability_enabled_from_config(global_config_dict: Any) -> bool:
+    """The run's ``observability_enabled`` switch (on without a capture directory: a ``ConfigError``)."""
+    return ModelCallCaptureConfig.of(global_config_dict).observability_enabled
+
+
+def _orjson_dispatch_response(content: Any) -> Any:
+    """A finished answer as one orjson-encoded JSON ``Response``: FastAPI's own encoder walks every token id and
+    log-prob of a training answer before encoding it. A ``Response`` a handler built itself is passed on as it is."""
+    if isinstance(content, Response):
+        return content
+    data = content.model_dump(mode="json", by_alias=True) if isinstance(content, BaseModel) else content
+    return Response(orjson.dumps(data), media_type="application/json")
 
 
 class BaseResponsesAPIModelConfig(BaseRunServerInstanceConfig):

@@ -176,6 +176,14 @@ class NeMoGymChatCompletionNamedToolChoiceParam(NeMoGymRequestPart):
     function: NeMoGymChatCompletionNamedToolChoiceFunction
 
 
+CHAT_REQUEST_PROVIDER_EXTENSION_FIELDS: frozenset[str] = frozenset(
+    {"chat_template_kwargs", "thinking", "output_config"}
+)
+"""Request keys some providers add to the Chat Completions body (vLLM's template variables, Anthropic-style reasoning
+settings). NeMo Gym 0.7 makes them fields; here they are not (see below), and this names them for code that leaves
+them out when comparing a request with the SDK's field set."""
+
+
 class NeMoGymChatCompletionCreateParamsNonStreaming(BaseModel):
     """Body of `POST /v1/chat/completions`. Unknown keys are errors; streaming is decided before validation.
 
@@ -323,6 +331,7 @@ class NeMoGymChatCompletion(NeMoGymLenientModel):
 
 
 __all__ = [
+    "CHAT_REQUEST_PROVIDER_EXTENSION_FIELDS",
     "NeMoGymChatCompletion",
     "NeMoGymChatCompletionAssistantContentPart",
     "NeMoGymChatCompletionAssistantMessageForTrainingParam",

@@ -270,6 +270,15 @@ class NeMoGymResponseReasoningItemForTraining(TokenIDLogProbMixin, NeMoGymRespon
     """Reasoning closing a generation (reasoning-only turn), with the tokens behind it."""
 
 
+RESPONSES_TO_TRAIN: dict[type[BaseModel], type[BaseModel]] = {
+    NeMoGymResponseOutputMessage: NeMoGymResponseOutputMessageForTraining,
+    NeMoGymResponseFunctionToolCall: NeMoGymResponseFunctionToolCallForTraining,
+    NeMoGymResponseReasoningItem: NeMoGymResponseReasoningItemForTraining,
+}
+"""Item class -> the variant that carries a generation's tokens: what an adapter builds the last item of a sampled
+turn as (hosted-tool items have none: the policy did not sample them)."""
+
+
 @functools.cache
 def _token_fields_in_dict(cls: type[BaseModel]) -> bool:
     """Whether no token field of ``cls`` is a class attribute (a property, say): then :func:`get_field` reads each
@@ -608,6 +617,7 @@ __all__ = [
     "NeMoGymTopLogprob",
     "NeMoGymVideoURL",
     "REQUIRED_TOKEN_METADATA_FIELDS",
+    "RESPONSES_TO_TRAIN",
     "ReasoningEffort",
     "TOKEN_ID_FIELDS",
     "TOKEN_METADATA_FIELDS",

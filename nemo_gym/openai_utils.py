@@ -3,11 +3,19 @@
 The Responses models are defined in `nemo_gym.openai_responses`, the Chat Completions ones in
 `nemo_gym.openai_chat_utils` (shared bases in `nemo_gym.openai_base`), and `NeMoGymAsyncOpenAI` in
 `nemo_gym.transport.openai_client`. Neither the `openai` SDK nor an HTTP client is imported here: the SDK loads only when
-a hosted-tool item arrives, and aiohttp on a client's first call.
+a hosted-tool item arrives, and aiohttp on a client's first call. ``NeMoGymResponseMcpCall`` subclasses an SDK class, so
+it is loaded (with the SDK) when first asked for.
+
+NeMo Gym 0.7's names for what is here under another: ``NeMoGymResponseFunctionCallOutput`` is
+``NeMoGymFunctionCallOutput``, ``MAX_NUM_TRIES`` is ``MAX_SERVER_ERROR_TRIES``.
 """
 
+from typing import TYPE_CHECKING, Any
+
+from nemo_gym.openai_chat_utils import CHAT_REQUEST_PROVIDER_EXTENSION_FIELDS
 from nemo_gym.openai_responses import (
     REQUIRED_TOKEN_METADATA_FIELDS,
+    RESPONSES_TO_TRAIN,
     TOKEN_ID_FIELDS,
     TOKEN_METADATA_FIELDS,
     ItemStatus,
@@ -95,15 +103,33 @@ from nemo_gym.openai_responses import (
     get_field,
     has_token_id_information,
 )
+from nemo_gym.openai_responses import NeMoGymFunctionCallOutput as NeMoGymResponseFunctionCallOutput
 from nemo_gym.transport.openai_client import (
     MAX_SERVER_ERROR_TRIES,
     RATE_LIMIT_ERROR_CODES,
     RETRY_ERROR_CODES,
     NeMoGymAsyncOpenAI,
 )
+from nemo_gym.transport.openai_client import MAX_SERVER_ERROR_TRIES as MAX_NUM_TRIES
+
+if TYPE_CHECKING:
+    from nemo_gym.openai_hosted import NeMoGymResponseMcpCall
+
+
+def __getattr__(name: str) -> Any:
+    """``NeMoGymResponseMcpCall`` on first use: defining it imports the ``openai`` SDK, which no other name here needs."""
+    if name != "NeMoGymResponseMcpCall":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from nemo_gym.openai_hosted import NeMoGymResponseMcpCall
+
+    globals()[name] = NeMoGymResponseMcpCall
+    return NeMoGymResponseMcpCall
+
 
 __all__ = [
+    "CHAT_REQUEST_PROVIDER_EXTENSION_FIELDS",
     "ItemStatus",
+    "MAX_NUM_TRIES",
     "MAX_SERVER_ERROR_TRIES",
     "NeMoGymAsyncOpenAI",
     "NeMoGymChatCompletion",
@@ -157,6 +183,7 @@ __all__ = [
     "NeMoGymResponse",
     "NeMoGymResponseCreateParamsNonStreaming",
     "NeMoGymResponseError",
+    "NeMoGymResponseFunctionCallOutput",
     "NeMoGymResponseFunctionToolCall",
     "NeMoGymResponseFunctionToolCallForTraining",
     "NeMoGymResponseInput",
@@ -166,6 +193,7 @@ __all__ = [
     "NeMoGymResponseInputText",
     "NeMoGymResponseInputTokensDetails",
     "NeMoGymResponseInputVideo",
+    "NeMoGymResponseMcpCall",
     "NeMoGymResponseOutputContent",
     "NeMoGymResponseOutputItem",
     "NeMoGymResponseOutputMessage",
@@ -186,6 +214,7 @@ __all__ = [
     "NeMoGymVideoURL",
     "RATE_LIMIT_ERROR_CODES",
     "REQUIRED_TOKEN_METADATA_FIELDS",
+    "RESPONSES_TO_TRAIN",
     "RETRY_ERROR_CODES",
     "ReasoningEffort",
     "TOKEN_ID_FIELDS",
