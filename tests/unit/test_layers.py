@@ -31,6 +31,12 @@ LAYERS: dict[str, int] = {
     "chat_protocol": 2,
     "embedded_model": 2,
     "anthropic_messages": 2,
+    "anthropic_policy": 2,
+    "anthropic_converter": 2,
+    "streaming_dialects": 2,
+    "responses_streaming": 2,
+    "chat_streaming": 2,
+    "openai_hosted": 2,
     "jsonl": 2,
     "session_store": 2,
     "metrics": 2,
@@ -44,6 +50,7 @@ LAYERS: dict[str, int] = {
     "verifiers/": 2,
     # 3: transport, and the face that offers the wire models with the OpenAI-compatible client
     "transport/": 3,
+    "telemetry/": 3,
     "openai_utils": 3,
     # 4: config
     "config/": 4,
