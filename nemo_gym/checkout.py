@@ -10,8 +10,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-SERVER_FOLDERS: tuple[str, ...] = ("responses_api_models", "resources_servers", "responses_api_agents")
-"""The three folders a checkout holds its server implementations in, one per server kind."""
+SERVER_FOLDERS: tuple[str, ...] = (
+    "responses_api_models",
+    "resources_servers",
+    "responses_api_agents",
+    "environment_servers",
+)
+"""The folders a checkout holds its server implementations in, one per server kind (``environment_servers``: NeMo
+Gym 0.7's fourth kind, a server that owns one episode end to end)."""
 
 
 def enclosing_checkout(directory: Path) -> Path | None:

@@ -27,7 +27,11 @@ from nemo_gym.config.datasets import AGENT_REF_KEY as AGENT_REF_KEY_NAME
 from nemo_gym.config.ports import DEFAULT_PORT_RANGE as _DEFAULT_PORT_RANGE
 from nemo_gym.config.ports import probe_free_port as _probe_free_port
 from nemo_gym.config.secrets import mask_secrets
-from nemo_gym.config.server_models import ServerInstanceConfig
+from nemo_gym.config.server_models import (
+    ServerInstanceConfig,
+    environment_server_agent_names,
+    environment_servers_by_agent,
+)
 from nemo_gym.config.servers import find_server_instances
 from nemo_gym.config.tree import plain_dict as _plain_dict
 from nemo_gym.errors import ConfigError
@@ -77,6 +81,8 @@ JSON_OUTPUT_KEY_NAME = "json"
 QUERY_KEY_NAME = "query"
 OBSERVABILITY_ENABLED_KEY_NAME = "observability_enabled"
 MODEL_CALL_CAPTURE_DIR_KEY_NAME = "model_call_capture_dir"
+TOKEN_ID_CAPTURE_BLOCK = "token_id_capture"
+"""The run-wide block of training-token capture settings (NeMo Gym 0.6)."""
 COMPONENT_NAME_KEY_NAME = "component_name"
 SKIP_VERIFICATION_KEY_NAME = "skip_verification"
 SKIP_VERIFICATION_REWARD_KEY_NAME = "skip_verification_reward"
@@ -85,15 +91,37 @@ POLICY_API_KEY_KEY_NAME = "policy_api_key"
 POLICY_MODEL_NAME_KEY_NAME = "policy_model_name"
 POLICY_MODEL_KEY_NAME = "policy_model"
 
+# The four server kinds (a server instance's middle key) and the environment server settings of NeMo Gym 0.7.
+MODEL_SERVER_TYPE_KEY_NAME = "responses_api_models"
+RESOURCES_SERVER_TYPE_KEY_NAME = "resources_servers"
+AGENT_SERVER_TYPE_KEY_NAME = "responses_api_agents"
+ENVIRONMENT_SERVER_TYPE_KEY_NAME = "environment_servers"
+AGENT_SERVER_REF_KEY_NAME = "agent_server"
+"""The field of an environment server's block that names the agent it fronts."""
+ENVIRONMENT_SERVER_NAME_KEY_NAME = "environment_server_name"
+"""Collection: the environment server instance every row goes to."""
+ENVIRONMENT_SERVER_ROUTES_KEY_NAME = "environment_server_routes"
+"""Collection: task set -> environment server instance, for materialized tasks."""
+ENVIRONMENT_ROUTING_MODE_KEY_NAME = "environment_routing_mode"
+"""Collection: how rows find their environment server (``agent``, ``legacy`` or ``taskset``)."""
+ERROR_ON_AGENT_WITHOUT_ENVIRONMENT_SERVER_KEY_NAME = "error_on_agent_without_environment_server"
+"""When true, an agent no environment server fronts is a config error instead of getting a ``legacy_agent`` relay."""
+
 # Keys of a dataset row (the ``_ng_*`` ones are stamped by the collector; see ``nemo_gym.row_fields``).
 RESPONSES_CREATE_PARAMS_KEY_NAME = "responses_create_params"
 RESPONSE_KEY_NAME = "response"
 SKILLS_REF_KEY_NAME = "skills_ref"
+ENVIRONMENT_SERVER_STAMP_KEY_NAME = "_ng_environment_server"
+"""Stamped on every collected row: the environment server instance that ran the rollout."""
+TASK_SOURCE_KEY_NAME = "task_source"
+"""The config instance that declares a row's dataset (stamped at collate / load time, resolved to an agent later)."""
 
 _GLOBAL_CONFIG_DICT: DictConfig | None = None
 
 __all__ = [
     "AGENT_REF_KEY_NAME",
+    "AGENT_SERVER_REF_KEY_NAME",
+    "AGENT_SERVER_TYPE_KEY_NAME",
     "ALLOW_OPENAI_VERSION_SKEW_KEY_NAME",
     "ATTEMPT_INDEX_KEY_NAME",
     "CACHE_DIR_KEY_NAME",
@@ -105,6 +133,12 @@ __all__ = [
     "DISALLOWED_PORTS_KEY_NAME",
     "DRY_RUN_KEY_NAME",
     "ENTRYPOINT_KEY_NAME",
+    "ENVIRONMENT_ROUTING_MODE_KEY_NAME",
+    "ENVIRONMENT_SERVER_NAME_KEY_NAME",
+    "ENVIRONMENT_SERVER_ROUTES_KEY_NAME",
+    "ENVIRONMENT_SERVER_STAMP_KEY_NAME",
+    "ENVIRONMENT_SERVER_TYPE_KEY_NAME",
+    "ERROR_ON_AGENT_WITHOUT_ENVIRONMENT_SERVER_KEY_NAME",
     "HEAD_SERVER_DEPS_KEY_NAME",
     "HEAD_SERVER_KEY_NAME",
     "HF_TOKEN_KEY_NAME",
@@ -112,6 +146,7 @@ __all__ = [
     "JSON_OUTPUT_KEY_NAME",
     "MODEL_CALL_CAPTURE_DIR_KEY_NAME",
     "MODEL_ENDPOINT_READINESS_TIMEOUT_KEY_NAME",
+    "MODEL_SERVER_TYPE_KEY_NAME",
     "NEMO_GYM_LOG_DIR_KEY_NAME",
     "OBSERVABILITY_ENABLED_KEY_NAME",
     "PIP_INSTALL_VERBOSE_KEY_NAME",
@@ -124,6 +159,7 @@ __all__ = [
     "PYTHON_VERSION_KEY_NAME",
     "QUERY_KEY_NAME",
     "RAY_HEAD_NODE_ADDRESS_KEY_NAME",
+    "RESOURCES_SERVER_TYPE_KEY_NAME",
     "RESPONSES_CREATE_PARAMS_KEY_NAME",
     "RESPONSE_KEY_NAME",
     "RESULTS_DIR_KEY_NAME",
@@ -134,6 +170,8 @@ __all__ = [
     "SKIP_VERIFICATION_KEY_NAME",
     "SKIP_VERIFICATION_REWARD_KEY_NAME",
     "TASK_INDEX_KEY_NAME",
+    "TASK_SOURCE_KEY_NAME",
+    "TOKEN_ID_CAPTURE_BLOCK",
     "UV_CACHE_DIR_KEY_NAME",
     "UV_PIP_SET_PYTHON_KEY_NAME",
     "UV_VENV_DIR_KEY_NAME",
@@ -148,6 +186,8 @@ __all__ = [
     "ConfigError",
     "ServerInstanceConfig",
     "compose",
+    "environment_server_agent_names",
+    "environment_servers_by_agent",
     "find_open_port",
     "find_server_instances",
     "get_first_server_config_dict",

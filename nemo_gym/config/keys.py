@@ -16,6 +16,9 @@ RESERVED_TOP_LEVEL_KEYS = frozenset(
         "observability_enabled", "model_call_capture_dir", "token_id_capture", "component_name",
         "skip_verification", "skip_verification_reward", "error_on_almost_servers", "shared_venv",
         "server_startup_timeout_seconds", "auth", "run_token", "server_max_body_bytes",
+        # NeMo Gym 0.7's routing of rows to environment servers
+        "environment_server_name", "environment_server_routes", "environment_routing_mode",
+        "error_on_agent_without_environment_server",
     }
 )  # fmt: skip
 """Top-level keys that are settings of the framework itself, never server instances."""

@@ -4,13 +4,15 @@ A server instance is written in three nested levels::
 
     my_instance:                  # instance name, what refs point at
       resources_servers:          # server type: responses_api_models | resources_servers | responses_api_agents
+                                  #   | environment_servers
         my_impl:                  # implementation = directory name under resources_servers/
           entrypoint: app.py
           domain: math
 
 ``maybe_get_server_instance_config`` turns such a block into a typed ``ServerInstanceConfig``; ``is_almost_server``
 spots a block that has the shape but fails validation (reported, not silently ignored); ``is_server_ref`` reads a
-``{type, name}`` reference to another instance.
+``{type, name}`` reference to another instance; :func:`environment_servers_by_agent` says which environment server
+instances front each agent.
 """
 
 from __future__ import annotations
@@ -51,7 +53,12 @@ class BaseRunServerTypeConfig(BaseRunServerConfig):
     datasets: list[DatasetConfig | BenchmarkDatasetConfig] | None = None
 
 
-ServerTypeName = Union[Literal["responses_api_models"], Literal["resources_servers"], Literal["responses_api_agents"]]  # noqa: UP007
+ServerTypeName = Union[  # noqa: UP007
+    Literal["responses_api_models"],
+    Literal["resources_servers"],
+    Literal["responses_api_agents"],
+    Literal["environment_servers"],
+]
 SERVER_TYPES: tuple[str, ...] = SERVER_FOLDERS
 
 
@@ -89,8 +96,20 @@ class ResponsesAPIAgentServerTypeConfig(BaseServerTypeConfig):
     responses_api_agents: dict[str, BaseRunServerTypeConfig] = Field(min_length=1, max_length=1)
 
 
+class EnvironmentServerTypeConfig(BaseServerTypeConfig):
+    """An environment server (NeMo Gym 0.7): owns one episode end to end, fronting an agent and a resources server."""
+
+    model_config = ConfigDict(extra="allow")
+
+    SERVER_TYPE: Literal["environment_servers"] = "environment_servers"
+    environment_servers: dict[str, BaseRunServerTypeConfig] = Field(min_length=1, max_length=1)
+
+
 ServerTypeConfig = Union[  # noqa: UP007 (NeMo Gym spells these as Union)
-    ResponsesAPIModelServerTypeConfig, ResourcesServerTypeConfig, ResponsesAPIAgentServerTypeConfig
+    ResponsesAPIModelServerTypeConfig,
+    ResourcesServerTypeConfig,
+    ResponsesAPIAgentServerTypeConfig,
+    EnvironmentServerTypeConfig,
 ]
 
 
@@ -109,7 +128,12 @@ class AgentServerRef(BaseModel):
     name: str
 
 
-ServerRef = Union[ModelServerRef, ResourcesServerRef, AgentServerRef]  # noqa: UP007
+class EnvironmentServerRef(BaseModel):
+    type: Literal["environment_servers"]
+    name: str
+
+
+ServerRef = Union[ModelServerRef, ResourcesServerRef, AgentServerRef, EnvironmentServerRef]  # noqa: UP007
 ServerRefTypeAdapter = TypeAdapter(ServerRef)
 
 
@@ -155,8 +179,15 @@ class ResponsesAPIAgentServerInstanceConfig(ResponsesAPIAgentServerTypeConfig, B
     pass
 
 
+class EnvironmentServerInstanceConfig(EnvironmentServerTypeConfig, BaseServerInstanceConfig):
+    pass
+
+
 ServerInstanceConfig = Union[  # noqa: UP007 (NeMo Gym spells these as Union)
-    ResponsesAPIModelServerInstanceConfig, ResourcesServerInstanceConfig, ResponsesAPIAgentServerInstanceConfig
+    ResponsesAPIModelServerInstanceConfig,
+    ResourcesServerInstanceConfig,
+    ResponsesAPIAgentServerInstanceConfig,
+    EnvironmentServerInstanceConfig,
 ]
 ServerInstanceConfigTypeAdapter = TypeAdapter(ServerInstanceConfig)
 
@@ -197,6 +228,7 @@ def maybe_get_server_instance_config(
         "responses_api_models": ResponsesAPIModelServerInstanceConfig,
         "resources_servers": ResourcesServerInstanceConfig,
         "responses_api_agents": ResponsesAPIAgentServerInstanceConfig,
+        "environment_servers": EnvironmentServerInstanceConfig,
     }
     model = models[server_type]
     try:
@@ -214,3 +246,52 @@ def is_server_ref(config_dict: Any) -> ServerRef | None:
         return ServerRefTypeAdapter.validate_python(dict(config_dict))
     except ValidationError:
         return None
+
+
+AGENT_SERVER_REF_FIELD = "agent_server"
+"""The field of an environment server's block that names the agent it fronts (its ``type`` may be left out)."""
+
+
+def environment_server_agent_names(settings: Any) -> list[str]:
+    """The agents one environment server's settings block refers to: its ``agent_server`` (whose ``type`` may be left
+    out) and any other field whose value is a ``{type: responses_api_agents, name}`` ref (a server fronting a user and
+    an assistant agent names both)."""
+    if isinstance(settings, DictConfig):
+        settings = plain_dict(settings)
+    if not isinstance(settings, dict):
+        return []
+    names: list[str] = []
+    for field_name, value in settings.items():
+        ref = plain_dict(value) if isinstance(value, DictConfig) else value
+        if not isinstance(ref, dict) or ref.get("name") is None:
+            continue
+        if ref.get("type") == "responses_api_agents" or (
+            field_name == AGENT_SERVER_REF_FIELD and ref.get("type") is None
+        ):
+            names.append(str(ref["name"]))
+    return names
+
+
+def environment_servers_by_agent(global_config: Any) -> dict[str, list[str]]:
+    """Each agent instance name -> the environment server instances that front it, in config order.
+
+    ``global_config``: a composed config (a ``DictConfig`` or a plain dict). An environment server fronts the agents
+    its block refers to (:func:`environment_server_agent_names`); an agent no environment server names is absent.
+    """
+    by_agent: dict[str, list[str]] = {}
+    if isinstance(global_config, DictConfig):
+        global_config = plain_dict(global_config)
+    if not isinstance(global_config, dict):
+        return by_agent
+    for instance_name, block in global_config.items():
+        if not isinstance(block, dict):
+            continue
+        implementations = block.get("environment_servers")
+        if not isinstance(implementations, dict):
+            continue
+        for settings in implementations.values():
+            for agent in environment_server_agent_names(settings):
+                servers = by_agent.setdefault(agent, [])
+                if str(instance_name) not in servers:
+                    servers.append(str(instance_name))
+    return by_agent

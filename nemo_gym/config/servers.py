@@ -10,8 +10,11 @@ from pydantic import ValidationError
 
 from nemo_gym.config.keys import RESERVED_TOP_LEVEL_KEYS as RESERVED_TOP_LEVEL_KEYS  # re-exported
 from nemo_gym.config.server_models import (
+    AGENT_SERVER_REF_FIELD,
     SERVER_TYPES,
+    AgentServerRef,
     ServerInstanceConfig,
+    environment_server_agent_names,
     is_almost_server,
     is_server_ref,
     maybe_get_server_instance_config,
@@ -82,6 +85,10 @@ def check_server_refs(instances: list[ServerInstanceConfig]) -> None:
         inner = instance.get_inner_run_server_config_dict()
         for field_name, value in inner.items():
             ref = is_server_ref(value)
+            if ref is None and instance.SERVER_TYPE == "environment_servers" and field_name == AGENT_SERVER_REF_FIELD:
+                # an environment server may leave its agent_server's type out (NeMo Gym 0.7): it is an agent
+                names = environment_server_agent_names({field_name: value})
+                ref = AgentServerRef(type="responses_api_agents", name=names[0]) if names else None
             if ref is None or ref.name in names_by_type[ref.type]:
                 continue
             candidates = names_by_type[ref.type]

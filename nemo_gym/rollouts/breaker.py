@@ -44,7 +44,7 @@ an answer means the server is frozen or its machine overloaded beyond use."""
 PROBE_INTERVAL_S = 1.0
 
 KIND_NAMES = {"responses_api_models": "model server", "resources_servers": "resources server",
-              "responses_api_agents": "agent server"}  # fmt: skip
+              "responses_api_agents": "agent server", "environment_servers": "environment server"}  # fmt: skip
 
 Probe = Callable[[str], Awaitable[str | None]]
 """``probe(base_url)``: ``None`` when the server answered, else why not (``connection refused``, ...)."""
