@@ -57,10 +57,21 @@ def _checked_port(port: object, declared: tuple[int, ...]) -> int:
 
 
 class AsyncSandbox:
-    """One sandbox on one provider. ``provider`` is a provider or its config, e.g. ``{"local": {}}``."""
+    """One sandbox on one provider. ``provider`` is a provider or its config, e.g. ``{"local": {}}``.
 
-    def __init__(self, provider: Mapping[str, Any] | SandboxProvider, spec: SandboxSpec | None = None) -> None:
+    ``owns_provider=False`` leaves the provider open when the sandbox stops: for sandboxes that share one provider
+    (a Compose collection), whose owner closes it once.
+    """
+
+    def __init__(
+        self,
+        provider: Mapping[str, Any] | SandboxProvider,
+        spec: SandboxSpec | None = None,
+        *,
+        owns_provider: bool = True,
+    ) -> None:
         self._provider: SandboxProvider = provider if not isinstance(provider, Mapping) else create_provider(provider)
+        self._owns_provider = owns_provider
         self._spec = spec
         self._handle: SandboxHandle | None = None
         self._stopped = True
@@ -95,12 +106,13 @@ class AsyncSandbox:
         return self
 
     async def _release(self, handle: SandboxHandle | None) -> None:
-        """Close ``handle`` (when there is one) and then the provider, even if closing the sandbox fails."""
+        """Close ``handle`` (when there is one) and then the provider it owns, even if closing the sandbox fails."""
         try:
             if handle is not None:
                 await self._provider.close(handle)
         finally:
-            await self._provider.aclose()
+            if self._owns_provider:
+                await self._provider.aclose()
 
     async def _write_files(self, handle: SandboxHandle, files: Mapping[str, str]) -> None:
         """Providers transfer files, not strings: stage each text in a local file first."""
@@ -183,9 +195,11 @@ class AsyncSandbox:
         return descriptor
 
     @classmethod
-    async def connect(cls, descriptor: Mapping[str, Any] | Any, *, provider: SandboxProvider) -> AsyncSandbox:
+    async def connect(
+        cls, descriptor: Mapping[str, Any] | Any, *, provider: SandboxProvider, owns_provider: bool = True
+    ) -> AsyncSandbox:
         """A started sandbox for a descriptor from :meth:`serialize` (``provider`` must support connecting)."""
-        sandbox = cls(provider)
+        sandbox = cls(provider, owns_provider=owns_provider)
         data = descriptor
         if not isinstance(data, Mapping) and hasattr(data, "to_dict"):
             data = data.to_dict()

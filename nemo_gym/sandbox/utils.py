@@ -1,10 +1,51 @@
-"""Small helpers for sandbox configs."""
+"""Small helpers for sandbox configs and the environment a sandboxed command starts with."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-__all__ = ["rewrite_image"]
+__all__ = ["CPU_CAP_ENV_VARS", "cpu_cap_env", "rewrite_image"]
+
+CPU_CAP_ENV_VARS: tuple[str, ...] = (
+    # OpenMP and the BLAS/LAPACK backends numpy, scipy and torch load; GNU nproc also reads OMP_NUM_THREADS, so
+    # `make -j$(nproc)` follows it.
+    "OMP_NUM_THREADS",
+    "OMP_THREAD_LIMIT",
+    "OPENBLAS_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "BLIS_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+    # Python's own count (3.13+) and the pools sized from it.
+    "PYTHON_CPU_COUNT",
+    "NUMBA_NUM_THREADS",
+    "LOKY_MAX_CPU_COUNT",
+    "POLARS_MAX_THREADS",
+    "PYTEST_XDIST_AUTO_NUM_WORKERS",
+    "DJANGO_TEST_PROCESSES",
+    # Other toolchains: Go, Rust/cargo, libuv (Node), CMake.
+    "GOMAXPROCS",
+    "CARGO_BUILD_JOBS",
+    "RAYON_NUM_THREADS",
+    "RUST_TEST_THREADS",
+    "UV_THREADPOOL_SIZE",
+    "CMAKE_BUILD_PARALLEL_LEVEL",
+)
+"""Variables that size worker pools. Tools count the host's cores, not the sandbox's CPU limit, so on a wide machine
+a sandbox of 2 CPUs starts dozens of workers, is throttled and runs out of memory. ``MAKEFLAGS`` is left out on
+purpose: a ``-j`` in it would make every plain ``make`` parallel."""
+
+
+def cpu_cap_env(cpu: float | int | None) -> dict[str, str]:
+    """Each of :data:`CPU_CAP_ENV_VARS` set to the whole CPUs of a limit (at least 1); ``{}`` without a limit.
+
+    Nothing applies this by default: the server that builds a spec merges it under its own ``env``
+    (``cpu_cap_env(resources.cpu) | env``), so a value the config sets explicitly wins.
+    """
+    if cpu is None:
+        return {}
+    whole = str(int(cpu) if cpu >= 1 else 1)
+    return dict.fromkeys(CPU_CAP_ENV_VARS, whole)
 
 
 def rewrite_image(image: str | None, rewrites: Sequence[Mapping[str, str]]) -> str | None:

@@ -70,6 +70,8 @@ LAYERS: dict[str, int] = {
     "observability/": 5,
     "rollout_correlation": 5,
     "rollout_observability": 5,
+    # a module held apart from its folder: the sandboxed agents' helpers call the run's servers
+    "sandbox/agent_tools": 5,
     # 6: orchestration and data, and the faces that re-export from them
     "datasets/": 6,
     "rollouts/": 6,
@@ -93,12 +95,16 @@ LAYERS: dict[str, int] = {
 
 
 def _part(module: str) -> str | None:
-    """``nemo_gym.rollouts.run`` → ``rollouts/``; ``nemo_gym.jsonl`` → ``jsonl``; outside the package → None."""
+    """``nemo_gym.rollouts.run`` → ``rollouts/``; ``nemo_gym.jsonl`` → ``jsonl``; outside the package → None.
+
+    A module that LAYERS names as ``folder/module`` is its own part (``nemo_gym.sandbox.agent_tools``)."""
     parts = module.split(".")
     if parts[0] != "nemo_gym":
         return None
     if len(parts) == 1:
         return "__init__"
+    if len(parts) > 2 and f"{parts[1]}/{parts[2]}" in LAYERS:  # a module with a layer of its own inside a folder
+        return f"{parts[1]}/{parts[2]}"
     if (PACKAGE / parts[1]).is_dir():
         return parts[1] + "/"
     if (PACKAGE / f"{parts[1]}.py").is_file():

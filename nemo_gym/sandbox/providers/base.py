@@ -7,7 +7,7 @@ Every value here is provider-neutral; what a provider keeps about one sandbox li
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from enum import Enum
 from pathlib import Path
@@ -24,12 +24,15 @@ __all__ = [
     "SandboxCreateVerificationError",
     "SandboxEndpoint",
     "SandboxExecResult",
+    "SandboxGroupMember",
+    "SandboxGroupVolume",
     "SandboxHandle",
     "SandboxProvider",
     "SandboxResources",
     "SandboxSpec",
     "SandboxStatus",
     "SupportsSandboxEndpoint",
+    "SupportsSandboxGroups",
 ]
 
 RUNTIME_RETURN_CODE = 125
@@ -228,3 +231,40 @@ class ConnectableProvider(Protocol):
     async def serialize_handle(self, handle: SandboxHandle, *, scope: str | None = None) -> dict[str, Any]: ...
 
     async def connect(self, descriptor: Mapping[str, Any]) -> SandboxHandle: ...
+
+
+@dataclass(frozen=True)
+class SandboxGroupVolume:
+    """A named volume of a sandbox group mounted into one member at ``target`` (an absolute path)."""
+
+    name: str
+    target: str
+    read_only: bool = False
+
+
+@dataclass(frozen=True)
+class SandboxGroupMember:
+    """What one member of a group needs beyond its spec: the names the others reach it by, the group's volumes it
+    mounts, and runtime settings a Compose service may ask for (added capabilities, ``/dev/shm`` size in bytes)."""
+
+    aliases: tuple[str, ...]
+    volumes: tuple[SandboxGroupVolume, ...] = ()
+    cap_add: tuple[str, ...] = ()
+    shm_size: int | None = None
+
+
+@runtime_checkable
+class SupportsSandboxGroups(Protocol):
+    """Optional: several sandboxes as one (a Compose workload). Members of a group share a private network on which
+    each is reachable by its aliases, and the group's named volumes.
+
+    ``create_group`` makes the network and volumes; a member is created with the provider options
+    ``group_member_options`` returns merged into its spec; ``remove_group`` deletes the network and volumes once the
+    members are closed (a group already gone is not an error).
+    """
+
+    async def create_group(self, group: str, volumes: Sequence[str]) -> None: ...
+
+    def group_member_options(self, group: str, member: SandboxGroupMember) -> dict[str, Any]: ...
+
+    async def remove_group(self, group: str) -> None: ...

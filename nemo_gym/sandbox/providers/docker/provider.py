@@ -17,7 +17,7 @@ import posixpath
 import shlex
 import shutil
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,7 @@ from nemo_gym.sandbox.providers.base import (
     SandboxCreateVerificationError,
     SandboxEndpoint,
     SandboxExecResult,
+    SandboxGroupMember,
     SandboxHandle,
     SandboxResources,
     SandboxSpec,
@@ -56,6 +57,7 @@ logger = logging.getLogger(__name__)
 
 CONTAINER_PREFIX = "nemo-gym-"
 SANDBOX_LABEL = "nemo-gym.sandbox"
+GROUP_LABEL = "nemo-gym.group"
 INSTALL_HINT = "install Docker Engine (https://docs.docker.com/engine/install/) or pick the local provider"
 _RUNTIME_FAILURES = ("no such container", "is not running", "cannot connect to the docker daemon", "error response from daemon")  # fmt: skip
 _GONE = ("no such container", "no such object")
@@ -208,7 +210,10 @@ class DockerProvider:
             args += ["--memory", memory, "--memory-swap", memory]  # equal: no swap on top
         if resources.gpu:
             args += ["--gpus", str(resources.gpu)]
-        args += ["--network", config.network] if config.network is not None else []
+        network = spec.provider_options.get("network", config.network)  # a group member joins the group's network
+        args += ["--network", str(network)] if network is not None else []
+        for alias in _string_list(spec.provider_options.get("network_aliases"), "network_aliases"):
+            args += ["--network-alias", alias]
         args += ["--read-only"] if config.read_only else []
         for capability in config.cap_drop:
             args += ["--cap-drop", capability]
@@ -362,6 +367,46 @@ class DockerProvider:
         output = await self._docker("rm", "-f", handle.raw.name)
         if output.return_code != 0 and not any(marker in output.stderr.lower() for marker in _GONE):
             raise RuntimeError(f"docker rm -f failed for {handle.raw.name!r}: {output.stderr.strip()}")
+
+    # -- groups (Compose): a user-defined network, so members resolve each other by alias, and named volumes ---------
+
+    async def _checked(self, what: str, *args: str) -> ProcessOutput:
+        output = await self._docker(*args)
+        if output.return_code != 0:
+            raise DockerCreateError(f"docker {what} failed (code={output.return_code}): {_first_line(output.stderr)}")
+        return output
+
+    async def create_group(self, group: str, volumes: Sequence[str]) -> None:
+        """``docker network create`` the group's network and ``docker volume create`` its volumes (all labelled)."""
+        labels = ["--label", f"{SANDBOX_LABEL}=1", "--label", f"{GROUP_LABEL}={group}"]
+        try:
+            await self._checked("network create", "network", "create", *labels, group)
+            for volume in volumes:
+                await self._checked("volume create", "volume", "create", *labels, f"{group}_{volume}")
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await self.remove_group(group)
+            raise
+
+    def group_member_options(self, group: str, member: SandboxGroupMember) -> dict[str, Any]:
+        """Provider options that put a container on the group's network under its aliases, with its volumes."""
+        run_args: list[str] = []
+        for capability in member.cap_add:
+            run_args += ["--cap-add", capability]
+        if member.shm_size is not None:
+            run_args += ["--shm-size", str(member.shm_size)]
+        mounts = [f"{group}_{v.name}:{v.target}{':ro' if v.read_only else ''}" for v in member.volumes]
+        return {"network": group, "network_aliases": list(member.aliases), "volumes": mounts, "run_args": run_args}
+
+    async def remove_group(self, group: str) -> None:
+        """Remove the group's volumes and network; ones already gone are fine."""
+        listed = await self._checked("volume ls", "volume", "ls", "-q", "--filter", f"label={GROUP_LABEL}={group}")
+        names = listed.stdout.split()
+        if names:
+            await self._checked("volume rm", "volume", "rm", "-f", *names)
+        output = await self._docker("network", "rm", group)
+        if output.return_code != 0 and "not found" not in output.stderr.lower():
+            raise RuntimeError(f"docker network rm {group!r} failed: {_first_line(output.stderr)}")
 
     async def aclose(self) -> None:
         """Nothing is shared between containers."""
