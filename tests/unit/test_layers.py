@@ -47,6 +47,9 @@ LAYERS: dict[str, int] = {
     "reward_profile": 2,
     "profiling": 2,
     "sandbox/": 2,
+    "task_data": 2,
+    "verifier_fixture": 2,
+    "deliverables": 2,
     "verifiers/": 2,
     # 3: transport, and the face that offers the wire models with the OpenAI-compatible client
     "transport/": 3,
