@@ -84,6 +84,8 @@ LAYERS: dict[str, int] = {
     "assets": 6,
     "benchmarks": 6,
     "testing/": 6,
+    "health/": 6,
+    "rollout_health": 6,
     "prompt": 6,
     "path_utils": 6,
     "registry": 6,

@@ -1,0 +1,349 @@
+"""Run the health checks over rollout files: one digest per rollout (map), task checks over repeats (reduce), and
+two reports beside the rollouts: ``quality_summary.json`` and ``rollout_verdicts.jsonl``.
+
+Verdicts: a rollout with any finding is ``unhealthy``; one without findings where some check could not look (its
+evidence absent or incomplete) is ``unobserved``; otherwise ``healthy``. An absent trajectory never reads as healthy.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
+from typing import Any, Literal
+
+import orjson
+from pydantic import BaseModel, Field
+
+from nemo_gym.health.checks import (
+    CALL_GAPS,
+    CHECK_REGISTRY,
+    CONTRADICTIONS,
+    LENGTH_STOPS,
+    ROLLOUT_CHECKS,
+    CheckSpec,
+    Evidence,
+    Finding,
+    canonical_trajectory,
+    count,
+    has_gap,
+    is_failed,
+    is_successful,
+    normalize_ignored_checks,
+    subject_of,
+    transcript_tokens,
+)
+from nemo_gym.row_fields import ROLLOUT_ID_KEY, ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
+
+__all__ = ["HealthCheckResult", "RolloutDigest", "run_health_checks"]
+
+QUALITY_SUMMARY_FILENAME = "quality_summary.json"
+ROLLOUT_VERDICTS_FILENAME = "rollout_verdicts.jsonl"
+Verdict = Literal["healthy", "unhealthy", "unobserved"]
+_ROLLOUT_SPECS = tuple(spec for spec in CHECK_REGISTRY if spec.scope == "rollout")
+_TASK_SPECS = tuple(spec for spec in CHECK_REGISTRY if spec.scope == "task")
+_Item = tuple[str, int, int, int, int, frozenset[str]]
+"""One line to check: file, byte offset, length, line number, position across the files, ignored checks."""
+
+
+class RolloutDigest(BaseModel):
+    """One rollout's verdict, findings, the checks that could not look, and the call counts the reduce needs."""
+
+    task_index: int | str
+    rollout_index: int | str
+    rollout_id: str
+    verdict: Verdict
+    findings: list[Finding]
+    unobserved: list[str]
+    capture_observed: bool
+    policy_calls_observed: bool = False
+    model_calls: int = 0
+    successful_model_calls: int = 0
+    model_call_errors: int = 0
+    errors_by_status: dict[str, int] = Field(default_factory=dict)
+    transcript_prompt_tokens: int = 0
+    transcript_completion_tokens: int = 0
+    capture_prompt_tokens: int = 0
+    capture_completion_tokens: int = 0
+
+
+class HealthCheckResult(BaseModel):
+    summary: dict[str, Any]
+    rollouts: list[RolloutDigest]
+    summary_path: Path
+    verdicts_path: Path
+
+
+def _why_unobserved(spec: CheckSpec, evidence: Evidence, observed: dict[str, bool]) -> bool:
+    """Whether ``spec`` cannot look at this rollout: evidence it needs is absent, incomplete or empty."""
+    needs = spec.needs
+    if "trajectory" in needs and not observed["trajectory"]:
+        return True
+    if "turns" in needs and not observed["turns"]:
+        return True
+    bindings = (
+        evidence.owned_calls if "owned_calls" in needs else evidence.turn_calls if "turn_calls" in needs else None
+    )
+    if bindings is None:
+        return False
+    if not observed["calls"]:
+        return True
+    if spec.id == "trajectory_capture_mismatch":
+        return not (bindings.observed or has_gap(evidence.trajectory, CONTRADICTIONS))
+    if not bindings.matched:
+        return True
+    if spec.id == "rollout_token_count_mismatch":
+        counted = all(c.get("tokens_in") is not None and c.get("tokens_out") is not None for c in bindings.matched)
+        usage = transcript_tokens(evidence.record)[2]
+        return not (observed["turn_scope"] and bindings.complete and counted and usage)
+    if spec.id == "model_call_runaway_generation":  # a cut-off call without its response cannot be judged
+        return any(c.get("finish_reason") in LENGTH_STOPS and c.get("response") is None for c in bindings.matched)
+    return False
+
+
+def _digest(
+    record: dict[str, Any], parse_error: str | None, where: tuple[str, int, int], ignored: frozenset[str]
+) -> RolloutDigest:
+    """Map one row (or its parse error) to its digest. ``where``: file, line number, position across the files."""
+    path, line, ordinal = where
+    task_index = record.get(TASK_INDEX_KEY, f"__unreadable_record__:{path}:{line}" if parse_error else ordinal)
+    rollout_index = record.get(ROLLOUT_INDEX_KEY, 0)
+    raw = record.get("ng_trajectory")
+    rollout_id = str(
+        record.get(ROLLOUT_ID_KEY)
+        or (raw.get("rollout_id") if isinstance(raw, dict) else None)
+        or f"{task_index}-{rollout_index}"
+    )
+    subject = subject_of(task_index, rollout_index)
+    trajectory, trajectory_error = (None, None) if parse_error else canonical_trajectory(record)
+    evidence = Evidence.of(record, subject, trajectory)
+    seen = trajectory is not None and not has_gap(trajectory, ["trajectory_projection_failed"])
+    observed = {
+        "trajectory": seen,
+        "turns": seen and not has_gap(evidence.trajectory, ["turns_unavailable"]),
+        "turn_scope": seen and not has_gap(evidence.trajectory, ["turn_model_call_scope_incomplete"]),
+        "calls": seen and not has_gap(evidence.trajectory, CALL_GAPS),
+    }
+    calls = evidence.calls if seen else []
+    findings: list[Finding] = []
+    unobserved: list[str] = []
+    for spec in _ROLLOUT_SPECS:
+        if spec.id in ignored:
+            continue
+        if spec.id == "record_unreadable" and (parse_error or trajectory_error):
+            reason = "rollout record is unreadable" if parse_error else "canonical trajectory is unreadable"
+            locator: dict[str, int | str] | None = {"source_file": path, "line": line} if parse_error else None
+            findings.append(
+                Finding(
+                    check=spec.id,
+                    subject=subject,
+                    locator=locator,
+                    detail={"reason": reason, "error": parse_error or trajectory_error},
+                )
+            )
+            continue
+        if parse_error or _why_unobserved(spec, evidence, observed):
+            unobserved.append(spec.id)
+            continue
+        try:
+            findings.extend(ROLLOUT_CHECKS[spec.id](evidence))
+        except Exception as error:
+            unobserved.append(spec.id)
+            if "check_execution_error" not in ignored:
+                detail = {
+                    "reason": "check raised an unexpected exception",
+                    "failed_check": spec.id,
+                    "error": type(error).__name__,
+                }
+                findings.append(Finding(check="check_execution_error", subject=subject, detail=detail))
+    failed = [call for call in calls if is_failed(call)]
+    prompt, completion, _ = transcript_tokens(record)
+    return RolloutDigest(
+        task_index=task_index,
+        rollout_index=rollout_index,
+        rollout_id=rollout_id,
+        verdict="unhealthy" if findings else "unobserved" if unobserved else "healthy",
+        findings=findings,
+        unobserved=unobserved,
+        capture_observed=bool(calls),
+        policy_calls_observed=observed["turn_scope"] and evidence.turn_calls.complete,
+        model_calls=len(calls),
+        successful_model_calls=sum(is_successful(call) for call in evidence.turn_calls.matched),
+        model_call_errors=len(failed),
+        errors_by_status=dict(Counter(str(call.get("status_code") or "unknown") for call in failed)),
+        transcript_prompt_tokens=prompt,
+        transcript_completion_tokens=completion,
+        capture_prompt_tokens=sum(count(call, "tokens_in") for call in calls),
+        capture_completion_tokens=sum(count(call, "tokens_out") for call in calls),
+    )
+
+
+def _work(item: _Item) -> RolloutDigest:
+    """Read one line by offset and digest it (runs in a worker process, so it takes plain values)."""
+    path, offset, length, line, ordinal, ignored = item
+    with open(path, "rb") as handle:
+        handle.seek(offset)
+        raw = handle.read(length)
+    try:
+        record = orjson.loads(raw)
+        if not isinstance(record, dict):
+            raise ValueError("a rollout line must be a JSON object")
+        parse_error = None
+    except Exception as error:
+        record, parse_error = {}, type(error).__name__
+    return _digest(record, parse_error, (path, line, ordinal), ignored)
+
+
+def _lines(paths: Sequence[Path], ignored: frozenset[str]) -> list[_Item]:
+    items: list[_Item] = []
+    for path in paths:
+        offset = 0
+        with path.open("rb") as handle:
+            for number, text in enumerate(handle, start=1):
+                if text.strip():
+                    items.append((str(path), offset, len(text), number, len(items), ignored))
+                offset += len(text)
+    return items
+
+
+def _map(items: list[_Item], workers: int) -> list[RolloutDigest]:
+    if workers == 1 or len(items) <= 1:
+        return [_work(item) for item in items]
+    try:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            return list(pool.map(_work, items, chunksize=max(1, min(128, len(items) // (workers * 4) or 1))))
+    except (BrokenProcessPool, NotImplementedError, OSError) as error:
+        warnings.warn(f"rollout health: no process pool ({error}); checking serially", RuntimeWarning, stacklevel=3)
+        return [_work(item) for item in items]
+
+
+def _task_findings(
+    digests: list[RolloutDigest], ignored: frozenset[str]
+) -> tuple[dict[Any, list[Finding]], dict[str, dict[str, int]], dict[Any, list[RolloutDigest]]]:
+    """``task_no_successful_model_calls``: every repeat's policy calls seen, and none succeeded."""
+    by_task: dict[Any, dict[Any, list[RolloutDigest]]] = defaultdict(lambda: defaultdict(list))
+    for digest in digests:
+        by_task[digest.task_index][digest.rollout_index].append(digest)
+    coverage = {spec.id: {"evaluated": 0, "unobserved": 0, "ignored": 0} for spec in _TASK_SPECS}
+    findings: dict[Any, list[Finding]] = defaultdict(list)
+    check = "task_no_successful_model_calls"
+    for task, repeats in by_task.items():
+        if check in ignored:
+            coverage[check]["ignored"] += 1
+            continue
+        copies = [copy for copy_list in repeats.values() for copy in copy_list]
+        if not all(copy.policy_calls_observed for copy in copies):
+            coverage[check]["unobserved"] += 1
+            continue
+        coverage[check]["evaluated"] += 1
+        if not any(copy.successful_model_calls for copy in copies):
+            findings[task].append(Finding(check=check, subject=subject_of(task), detail={"repeats": len(repeats)}))
+    return findings, coverage, {task: [c for cs in repeats.values() for c in cs] for task, repeats in by_task.items()}
+
+
+def _summary(digests: list[RolloutDigest], ignored: frozenset[str]) -> dict[str, Any]:
+    task_findings, task_coverage, by_task = _task_findings(digests, ignored)
+    coverage = {spec.id: {"evaluated": 0, "unobserved": 0, "ignored": 0} for spec in CHECK_REGISTRY}
+    for digest in digests:
+        for spec in _ROLLOUT_SPECS:
+            state = "ignored" if spec.id in ignored else "unobserved" if spec.id in digest.unobserved else "evaluated"
+            coverage[spec.id][state] += 1
+    coverage.update(task_coverage)
+    issues = Counter(finding.check for digest in digests for finding in digest.findings)
+    issues.update(finding.check for found in task_findings.values() for finding in found)
+    verdicts = Counter(digest.verdict for digest in digests)
+    statuses: Counter[str] = Counter()
+    for digest in digests:
+        statuses.update(digest.errors_by_status)
+    tasks = {}
+    for task in sorted(by_task, key=lambda value: (isinstance(value, str), str(value))):
+        per_repeat: dict[Any, set[str]] = defaultdict(set)
+        for copy in by_task[task]:
+            per_repeat[copy.rollout_index].add(copy.verdict)
+        # copies of one repeat that disagree leave that repeat unobserved
+        repeat_verdicts = Counter(next(iter(v)) if len(v) == 1 else "unobserved" for v in per_repeat.values())
+        tasks[str(task)] = {
+            "repeats": len(per_repeat),
+            **{verdict: repeat_verdicts[verdict] for verdict in ("healthy", "unhealthy", "unobserved")},
+            "flags": [finding.check for finding in task_findings.get(task, [])],
+        }
+    return {
+        "run": {
+            "ignored_checks": sorted(ignored),
+            "artifacts": {
+                "records": len(digests),
+                "captures": sum(d.capture_observed for d in digests),
+                "coverage": coverage,
+            },
+            "verdicts": {verdict: verdicts[verdict] for verdict in ("healthy", "unhealthy", "unobserved")},
+            "issues": {spec.id: issues[spec.id] for spec in CHECK_REGISTRY},
+            "stats": {
+                "model_call_errors": {
+                    "total": sum(d.model_call_errors for d in digests),
+                    "by_status": dict(sorted(statuses.items())),
+                    "rollouts_affected": sum(bool(d.model_call_errors) for d in digests),
+                },
+                "tokens": {
+                    "prompt": sum(d.transcript_prompt_tokens for d in digests),
+                    "completion": sum(d.transcript_completion_tokens for d in digests),
+                    "capture_prompt": sum(d.capture_prompt_tokens for d in digests),
+                    "capture_completion": sum(d.capture_completion_tokens for d in digests),
+                },
+            },
+        },
+        "tasks": tasks,
+    }
+
+
+def _order(digest: RolloutDigest) -> tuple[tuple[int, Any], ...]:
+    return tuple((0, v) if isinstance(v, int) else (1, str(v)) for v in (digest.task_index, digest.rollout_index))
+
+
+def _write(summary: dict[str, Any], digests: list[RolloutDigest], directory: Path) -> tuple[Path, Path]:
+    directory.mkdir(parents=True, exist_ok=True)
+    summary_path, verdicts_path = directory / QUALITY_SUMMARY_FILENAME, directory / ROLLOUT_VERDICTS_FILENAME
+    summary_path.write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2))
+    with verdicts_path.open("wb") as out:
+        for digest in sorted(digests, key=_order):
+            row = {
+                TASK_INDEX_KEY: digest.task_index,
+                ROLLOUT_INDEX_KEY: digest.rollout_index,
+                "rollout_id": digest.rollout_id,
+                "verdict": digest.verdict,
+                "findings": [
+                    f.model_dump(mode="json", exclude={"subject"}, exclude_none=True) for f in digest.findings
+                ],
+                "unobserved": digest.unobserved,
+            }
+            out.write(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE))
+    return summary_path, verdicts_path
+
+
+def run_health_checks(
+    rollout_paths: Path | Sequence[Path],
+    *,
+    output_dir: Path | None = None,
+    workers: int | None = None,
+    ignored_checks: Sequence[str] = (),
+) -> HealthCheckResult:
+    """Check every rollout of the given JSONL files and write both reports (to ``output_dir``, else beside the first
+    file). ``workers``: processes for the per-rollout map (default: up to 8)."""
+    ignored = frozenset(normalize_ignored_checks(ignored_checks))
+    paths = [rollout_paths] if isinstance(rollout_paths, (str, Path)) else list(rollout_paths)
+    paths = [Path(path) for path in paths]
+    if not paths:
+        raise ValueError("run_health_checks needs at least one rollout JSONL file")
+    for path in paths:
+        if not path.is_file():
+            raise FileNotFoundError(f"rollout JSONL not found: {path}")
+    count_workers = workers if workers is not None else min(os.cpu_count() or 1, 8)
+    if count_workers < 1:
+        raise ValueError("workers must be at least 1")
+    digests = _map(_lines(paths, ignored), count_workers)
+    summary = _summary(digests, ignored)
+    summary_path, verdicts_path = _write(summary, digests, output_dir or paths[0].parent)
+    return HealthCheckResult(summary=summary, rollouts=digests, summary_path=summary_path, verdicts_path=verdicts_path)
