@@ -45,6 +45,8 @@ class ModelCallCaptureConfig(BaseModel):
 
     observability_enabled: bool = False
     model_call_capture_dir: Path | None = None
+    training_token_capture: dict[str, Any] | None = None
+    """The config keys of an enabled ``token_id_capture`` block, unvalidated: ``token_capture.py`` reads them."""
 
     @model_validator(mode="after")
     def _needs_directory(self) -> ModelCallCaptureConfig:
@@ -58,10 +60,17 @@ class ModelCallCaptureConfig(BaseModel):
     @classmethod
     def of(cls, global_config: Any) -> ModelCallCaptureConfig:
         """The settings of a run's config; an enabled capture without an absolute directory is a ConfigError."""
-        if not isinstance(global_config, Mapping) or not global_config.get("observability_enabled"):
+        if not isinstance(global_config, Mapping):
             return cls()
+        block = global_config.get("token_id_capture")
+        tokens = None
+        if isinstance(block, Mapping) and block.get("enabled"):
+            tokens = {key: global_config.get(key) for key in ("token_id_capture", "model_call_capture_dir")}
+        if not global_config.get("observability_enabled"):
+            return cls(training_token_capture=tokens)
         try:
-            return cls(observability_enabled=True, model_call_capture_dir=global_config.get("model_call_capture_dir"))
+            directory = global_config.get("model_call_capture_dir")
+            return cls(observability_enabled=True, model_call_capture_dir=directory, training_token_capture=tokens)
         except ValidationError as e:
             raise ConfigError(str(e.errors()[0]["msg"]).removeprefix("Value error, ")) from None
 
@@ -539,8 +548,9 @@ class _CaptureMiddleware:
                     return
             await send(message)
 
+        call_id = (scope.get("state") or {}).get("nemo_gym_model_call_id") or uuid4().hex  # shared with token capture
         exchange: dict[str, Any] = {
-            "model_call_id": uuid4().hex, "dialect": dialect, "model_ref": self._model_ref, "started_at": started_at,
+            "model_call_id": call_id, "dialect": dialect, "model_ref": self._model_ref, "started_at": started_at,
         }  # fmt: skip
         exchange["status_code"], exchange["error_category"] = None, None
         try:
@@ -566,10 +576,16 @@ class _CaptureMiddleware:
 
 
 def install_model_call_capture(app: Any, config: ModelCallCaptureConfig, *, model_server_name: str | None) -> bool:
-    """Add :class:`_CaptureMiddleware` when capture is on (True); otherwise add nothing (False)."""
-    if not config.observability_enabled or config.model_call_capture_dir is None:
-        return False
-    app.add_middleware(
-        _CaptureMiddleware, store=CaptureStore(config.model_call_capture_dir), model_server_name=model_server_name
-    )
-    return True
+    """Add :class:`_CaptureMiddleware` when capture is on (True); otherwise add nothing (False).
+
+    An enabled ``token_id_capture`` block also adds training-token capture (``token_capture.py``) outside it.
+    """
+    directory = config.model_call_capture_dir if config.observability_enabled else None
+    evaluation = directory is not None
+    if directory is not None:
+        app.add_middleware(_CaptureMiddleware, store=CaptureStore(directory), model_server_name=model_server_name)
+    if config.training_token_capture is not None:
+        from nemo_gym.observability.token_capture import install_training_token_capture
+
+        install_training_token_capture(app, config.training_token_capture, keep_prefix=evaluation)
+    return evaluation

@@ -14,6 +14,10 @@ engine-specific work happens:
   reasoning item); token ids and log-probs land on the message so the converter emits ForTraining items; a prompt
   that no longer fits the context window becomes an empty, ``length``-finished completion, so the Response is
   ``incomplete`` and the agent stops cleanly instead of failing the rollout.
+
+Training-token capture (``token_id_capture``): a call under ``/ng-rollout/<id>/training-token-capture/`` asks the
+engine for token ids as in training mode, so the capture middleware can record them; with ``external_staging`` the
+engine's worker stages them instead and this server only forwards the admission and commits the acknowledgement.
 """
 
 from __future__ import annotations
@@ -43,6 +47,9 @@ from nemo_gym.openai_utils import (
 )
 from nemo_gym.responses_converter import THINK_PATTERN, ResponsesConverter
 from nemo_gym.server_utils import SESSION_ID_KEY
+from nemo_gym.token_id_capture.config import token_id_capture_config
+from nemo_gym.token_id_capture.external_capture import ExternalCaptureHandler, make_external_capture_handler
+from nemo_gym.token_id_capture.sink import current_capture_context
 from nemo_gym.transport.http_client import raise_for_status, request, response_json
 
 logger = logging.getLogger(__name__)
@@ -115,6 +122,8 @@ class VLLMModel(SimpleResponsesAPIModel):
 
     _base_urls: list[str] = PrivateAttr(default_factory=list)
     _converter: ResponsesConverter = PrivateAttr()
+    _token_converter: ResponsesConverter = PrivateAttr()
+    _external_capture: ExternalCaptureHandler | None = PrivateAttr(default=None)
 
     def model_post_init(self, context: Any, /) -> None:
         super().model_post_init(context)
@@ -124,6 +133,19 @@ class VLLMModel(SimpleResponsesAPIModel):
             return_token_id_information=self.config.return_token_id_information,
             uses_reasoning_parser=self.config.uses_reasoning_parser,
         )
+        self._token_converter = ResponsesConverter(
+            return_token_id_information=True, uses_reasoning_parser=self.config.uses_reasoning_parser
+        )
+        capture = token_id_capture_config(getattr(self.server_client, "global_config_dict", None)).token_id_capture
+        if capture.enabled and capture.external_staging:
+            if self.config.return_token_id_information:
+                raise ValueError("token_id_capture.external_staging needs return_token_id_information: false")
+            self._external_capture = make_external_capture_handler(capture.external_staging_backend)
+
+    def _with_token_ids(self) -> bool:
+        """Training mode, or a training-token-captured call that this server captures itself."""
+        context = current_capture_context()
+        return self.config.return_token_id_information or (context is not None and not context.external_staging)
 
     # ------------------------------------------------------------------------------------------------------------------
     # Routes
@@ -133,14 +155,21 @@ class VLLMModel(SimpleResponsesAPIModel):
         return [self.config.model]
 
     async def responses(self, request: Request, body: NeMoGymResponseCreateParamsNonStreaming) -> NeMoGymResponse:
-        chat_params = self._converter.responses_to_chat_completion_create_params(body)
+        converter = self._token_converter if self._with_token_ids() else self._converter
+        chat_params = converter.responses_to_chat_completion_create_params(body)
         completion = await self.complete(chat_params, _session_id(request))
-        return self._converter.chat_completion_to_response(body, completion)
+        response = converter.chat_completion_to_response(body, completion)
+        if self._external_capture is not None:
+            await self._external_capture.finalize_response(response.model_dump(mode="json"))
+        return response
 
     async def chat_completions(
         self, request: Request, body: NeMoGymChatCompletionCreateParamsNonStreaming
     ) -> NeMoGymChatCompletion:
-        return await self.complete(body, _session_id(request))
+        completion = await self.complete(body, _session_id(request))
+        if self._external_capture is not None:
+            await self._external_capture.finalize_response(completion.model_dump(mode="json"))
+        return completion
 
     # ------------------------------------------------------------------------------------------------------------------
     # The shared chat path
@@ -155,12 +184,15 @@ class VLLMModel(SimpleResponsesAPIModel):
         data = await self._post_chat(base_url, payload)
         if data is None:
             return self._context_length_completion()
+        if self._external_capture is not None:
+            self._external_capture.prepare_response(data)
+        with_token_ids = self._with_token_ids()
         choices = data.get("choices") or []
         prompt_token_ids = data.pop("prompt_token_ids", None)
         for choice in choices:
             message = choice["message"] = choice.get("message") or {"role": "assistant"}
             self._reasoning_into_content(message)
-            if not self.config.return_token_id_information:
+            if not with_token_ids:
                 for key in TOKEN_ID_FIELDS:
                     message.pop(key, None)
                 continue
@@ -189,12 +221,14 @@ class VLLMModel(SimpleResponsesAPIModel):
         if template_kwargs:
             payload["chat_template_kwargs"] = template_kwargs
         payload["messages"] = [self._outbound_message(message) for message in payload["messages"]]
-        if self.config.return_token_id_information:
+        if self._with_token_ids():
             payload.update(logprobs=True, top_logprobs=0, return_tokens_as_token_ids=True)
             if self.config.request_prompt_and_generation_token_ids:
                 payload["return_token_ids"] = True
         payload.update(self.config.sampling_overrides)
         payload["model"] = self.config.model
+        if self._external_capture is not None:
+            payload = self._external_capture.prepare_request(payload)
         return payload
 
     def base_url_for_session(self, session_id: str | None) -> str:

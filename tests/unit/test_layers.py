@@ -71,6 +71,7 @@ LAYERS: dict[str, int] = {
     "judge": 5,
     "mcp_exposure": 5,
     "observability/": 5,
+    "token_id_capture/": 5,
     "rollout_correlation": 5,
     "rollout_observability": 5,
     # a module held apart from its folder: the sandboxed agents' helpers call the run's servers
