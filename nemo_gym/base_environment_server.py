@@ -88,7 +88,7 @@ class CleanupHandle:
 
 @dataclass
 class CleanupContext:
-    """An episode's cleanups, run last-registered first within ``cleanup_timeout_seconds`` in all.
+    """An episode's cleanups, run last-registered first within ``cleanup_timeout_seconds`` in all (each its share).
 
     Each runs at most once and must be safe to repeat remotely (a close that timed out may have happened). A failing
     one is logged and the rest still run. They live in this process only: whatever they release must also expire on
@@ -105,16 +105,21 @@ class CleanupContext:
         return CleanupHandle(entry, self.cleanup_timeout_seconds)
 
     async def aclose(self) -> None:
-        try:
-            async with asyncio.timeout(self.cleanup_timeout_seconds):
-                for entry in reversed(self._entries):
-                    try:
-                        await entry.run_once()
-                    except Exception:
-                        logger.exception("episode %s: cleanup %r failed", self.episode_id.capture_key, entry.name)
-        except TimeoutError:
-            logger.error("episode %s: cleanups did not finish in %ss", self.episode_id.capture_key,
-                         self.cleanup_timeout_seconds)  # fmt: skip
+        """Run what is left, last registered first. Each gets an equal share of the time still left, so one that
+        hangs (a close sent to a server that died) cannot keep the others from releasing what they hold."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.cleanup_timeout_seconds
+        pending = list(reversed(self._entries))
+        for position, entry in enumerate(pending):
+            share = (deadline - loop.time()) / (len(pending) - position)
+            try:
+                async with asyncio.timeout(max(share, 0.0)):
+                    await entry.run_once()
+            except TimeoutError:
+                logger.error("episode %s: cleanup %r did not finish in its %.1fs", self.episode_id.capture_key,
+                             entry.name, share)  # fmt: skip
+            except Exception:
+                logger.exception("episode %s: cleanup %r failed", self.episode_id.capture_key, entry.name)
 
 
 class HandledEpisodeError(Exception):
@@ -194,7 +199,7 @@ class BaseEnvironmentServer(SimpleServer, Generic[RequestT, ResponseT]):
                 self._admission.release()
         response = self.response_model.model_validate(response)
         self.validate_response_identity(request, response)
-        return response  # type: ignore[no-any-return]
+        return response
 
     async def run(self, request: RequestT, cleanup: CleanupContext) -> ResponseT:
         """Run one episode; register what must be released with ``cleanup.register_cleanup`` before opening it."""
@@ -206,7 +211,7 @@ class BaseEnvironmentServer(SimpleServer, Generic[RequestT, ResponseT]):
 
     def failure_response(self, request: RequestT, failure: EpisodeFailure) -> ResponseT:
         """The answer for ``failure``, with the request's ids."""
-        return self.response_model.model_validate(  # type: ignore[no-any-return]
+        return self.response_model.model_validate(
             {
                 "episode_id": request.episode_id,
                 "task_id": request.task.task_id,

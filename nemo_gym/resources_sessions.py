@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import inspect
 import typing
-from typing import TYPE_CHECKING, Annotated, Any, Union
+from typing import Annotated, Any, Protocol, Union
 
 from fastapi import FastAPI, HTTPException, Request
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
@@ -20,9 +20,6 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 from nemo_gym.episode_types import EpisodeId, TaskId
 from nemo_gym.sandbox.access import SandboxAccess
 from nemo_gym.session_store import SessionStore
-
-if TYPE_CHECKING:
-    from nemo_gym.base_resources_server import SimpleResourcesServer
 
 __all__ = [
     "MCPServerMetadata",
@@ -85,16 +82,25 @@ class ResourcesCloseSessionResponse(BaseModel):
     resources_session_id: str
 
 
-def add_session_routes(app: FastAPI, server: SimpleResourcesServer) -> None:
+class SessionServer(Protocol):
+    """What the routes need of a resources server (``SimpleResourcesServer`` is one)."""
+
+    seed_session: Any
+
+    async def close_resources_session(self, body: ResourcesCloseSessionRequest) -> ResourcesCloseSessionResponse: ...
+
+
+def add_session_routes(app: FastAPI, server: SessionServer) -> None:
     """Add ``POST /seed_session`` and ``POST /close_session`` for ``server`` to ``app``."""
     closed: SessionStore[bool] = SessionStore(max_sessions=_CLOSED_IDS_KEPT)
-    seed = server.seed_session
+    seed: Any = server.seed_session  # an override may take the request too, and its own body type
     declared = _body_model(seed)
     takes_request = "request" in inspect.signature(seed).parameters
     if declared is None:
         app.post("/seed_session")(seed)  # it takes the environment server's body itself (a union) or has no model
     else:
-        body_type = Annotated[Union[ResourcesSeedSessionRequest, declared], Field(union_mode="left_to_right")]  # noqa: UP007
+        members = Union[ResourcesSeedSessionRequest, declared]  # type: ignore[valid-type]  # noqa: UP007
+        body_type = Annotated[members, Field(union_mode="left_to_right")]
 
         async def seed_session(request: Request, body: Any) -> Any:
             if not isinstance(body, ResourcesSeedSessionRequest):

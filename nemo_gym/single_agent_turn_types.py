@@ -66,4 +66,4 @@ class SingleAgentTurnRequest(BaseEpisodeRequest[SingleAgentTurnTaskInput]):
 
 
 class SingleAgentTurnResponse(BaseEpisodeResponse[SingleAgentTurnResult]):
-    failure: SingleAgentTurnFailure | None = None  # type: ignore[assignment]
+    failure: SingleAgentTurnFailure | None = None

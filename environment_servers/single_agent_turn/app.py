@@ -21,7 +21,7 @@ from __future__ import annotations
 import secrets
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, ValidationError
+from pydantic import AnyHttpUrl, ConfigDict, Field, ValidationError
 
 from nemo_gym.base_environment_server import (
     BaseEnvironmentServer,
@@ -63,12 +63,16 @@ _ANSWERED_KINDS: dict[str, str] = {
 }
 
 
+ToolTransport = Literal["direct_http", "mcp"]
+_DEFAULT_TRANSPORTS: tuple[ToolTransport, ...] = ("direct_http",)
+
+
 class SingleAgentTurnConfig(BaseEnvironmentServerConfig):
     model_config = ConfigDict(extra="forbid")
 
     resources_server: ResourcesServerRef
     agent_server: AgentServerRef
-    resources_tool_transports: list[Literal["direct_http", "mcp"]] = Field(default_factory=lambda: ["direct_http"])
+    resources_tool_transports: list[ToolTransport] = Field(default_factory=lambda: list(_DEFAULT_TRANSPORTS))
     """How the agent reaches the resources server's tools: its HTTP routes with the session cookie, its MCP endpoint
     (``expose_tools_over_mcp: true`` on the resources server), or both."""
 
@@ -181,14 +185,14 @@ class SingleAgentTurnEnvironmentServer(BaseEnvironmentServer[SingleAgentTurnRequ
         base_url = self.server_client.server_base_url(resources)
         accesses: list[ToolAccess] = []
         if "direct_http" in self.config.resources_tool_transports:
-            accesses.append(DirectHTTPToolAccess(name=f"{resources}.direct_http", required=True, base_url=base_url,
+            accesses.append(DirectHTTPToolAccess(name=f"{resources}.direct_http", required=True, base_url=AnyHttpUrl(base_url),
                                                  cookies=cookies))  # fmt: skip
         if "mcp" in self.config.resources_tool_transports:
             tools = seeded.resources_tools
             if tools is None or tools.transport != "http":
                 raise ValueError(f"{resources} offers no MCP endpoint over HTTP: set expose_tools_over_mcp on it")
             url = f"{base_url}/{tools.url_path.lstrip('/')}"
-            connection = MCPStreamableHTTPConnection(url=url, headers=tools.headers)
+            connection = MCPStreamableHTTPConnection(url=AnyHttpUrl(url), headers=tools.headers)
             accesses.append(MCPToolAccess(name=tools.server_name, required=True, connection=connection))
         return accesses
 

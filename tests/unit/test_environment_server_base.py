@@ -153,3 +153,19 @@ def test_episode_ids_and_responses_keep_their_rules() -> None:
         Response(episode_id=EpisodeId(rollout_id="x"), task_id=TaskId(taskset="t", task_id="1"))
     failure = EpisodeFailure(failure_reason="r", terminal=True)
     assert failure.model_dump() == {"failure_reason": "r", "terminal": True}  # unknown kind and stage left out
+
+
+async def test_a_hanging_cleanup_does_not_keep_the_others_from_running() -> None:
+    log: list[str] = []
+    context = CleanupContext(EpisodeId(rollout_id="h"), cleanup_timeout_seconds=0.2)
+
+    async def released() -> None:
+        log.append("released")
+
+    async def hangs() -> None:
+        await asyncio.sleep(60)
+
+    context.register_cleanup("resources", released)
+    context.register_cleanup("dead agent", hangs)  # last registered: runs first, and hangs
+    await context.aclose()
+    assert log == ["released"]

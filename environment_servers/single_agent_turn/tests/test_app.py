@@ -54,13 +54,13 @@ def _servers(client: Any, **env: Any) -> dict[str, Any]:
             config=SimpleAgentConfig(**_address("agent"), max_steps=4, **agent_refs), server_client=client
         ),  # fmt: skip
         "env": SingleAgentTurnEnvironmentServer(
-            config=SingleAgentTurnConfig(**_address("env"), cleanup_timeout_seconds=10, **refs, **env),
+            config=SingleAgentTurnConfig(**_address("env"), cleanup_timeout_seconds=60, **refs, **env),
             server_client=client,
         ),
         "env_ghost": SingleAgentTurnEnvironmentServer(  # its agent is an address nobody listens on
             config=SingleAgentTurnConfig(
                 **_address("env_ghost"),
-                cleanup_timeout_seconds=10,
+                cleanup_timeout_seconds=60,
                 **(refs | {"agent_server": {"type": "responses_api_agents", "name": "ghost"}}),
             ),
             server_client=client,

@@ -33,7 +33,7 @@ def _address(name: str) -> dict[str, Any]:
 def _env(name: str, agent: str, client: Any) -> SingleAgentTurnLegacyEnvironmentServer:
     refs = {"resources_server": {"type": "resources_servers", "name": "weather"},
             "agent_server": {"type": "responses_api_agents", "name": agent}}  # fmt: skip
-    config = SingleAgentTurnConfig(**_address(name), cleanup_timeout_seconds=10, **refs)
+    config = SingleAgentTurnConfig(**_address(name), cleanup_timeout_seconds=60, **refs)
     return SingleAgentTurnLegacyEnvironmentServer(config=config, server_client=client)
 
 
