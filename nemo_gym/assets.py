@@ -1,7 +1,8 @@
 """Finding the components a checkout (or extra roots) ship: server implementations, their configs, environments.
 
 Used by ``gym list`` / ``gym search`` and by the CLI's asset selectors (``--resources-server NAME``,
-``--model-type NAME``, ``--environment NAME``, ``--benchmark NAME``), which turn a short name into a config path.
+``--environment-server NAME``, ``--model-type NAME``, ``--environment NAME``, ``--benchmark NAME``), which turn a
+short name into a config path.
 Roots are searched in order (``--search-dir`` roots, cwd, install root) and an earlier root shadows a later one.
 """
 
@@ -18,7 +19,7 @@ from nemo_gym.config.roots import find_path, search_roots
 from nemo_gym.errors import ConfigError
 from nemo_gym.registry import ENVIRONMENT_CONFIG_FILENAME, EnvironmentEntry, discover_environments
 
-ComponentType = Literal["resources_servers", "responses_api_models", "responses_api_agents"]
+ComponentType = Literal["resources_servers", "responses_api_models", "responses_api_agents", "environment_servers"]
 
 
 @dataclass
@@ -175,9 +176,10 @@ def list_benchmarks() -> list[BenchmarkEntry]:
     return [found[name] for name in sorted(found)]
 
 
-SelectorKind = Literal["resources-server", "model-type", "environment", "benchmark"]
+SelectorKind = Literal["resources-server", "environment-server", "model-type", "environment", "benchmark"]
 _SELECTOR_TYPES: dict[str, ComponentType] = {
     "resources-server": "resources_servers",
+    "environment-server": "environment_servers",
     "model-type": "responses_api_models",
 }
 

@@ -6,9 +6,9 @@ A flag does one of three things:
   to the int 7 on the settings object, on top of the composed config (:func:`flag_fields`);
 * it names a key of the config itself (``override_key=``): ``--model gpt-x`` becomes the override
   ``+policy_model_name='gpt-x'``, because other config values interpolate it;
-* it selects config files: ``--config``, ``--environment``, ``--benchmark``, ``--resources-server`` and
-  ``--model-type`` all add to one ``+config_paths=[...]`` override: the packaged configs the selectors name first,
-  then the user's own ``--config`` files, so a user's file overrides what it names.
+* it selects config files: ``--config``, ``--environment``, ``--benchmark``, ``--resources-server``,
+  ``--model-type`` and ``--environment-server`` all add to one ``+config_paths=[...]`` override: the packaged configs
+  the selectors name first, then the user's own ``--config`` files, so a user's file overrides what it names.
 
 Either way ``--limit 5`` and ``+limit=5`` mean the same, and anything a flag cannot say can still be said as
 ``+key=value``. A typed flag behaves as if it were written before the user's own overrides: ``+key`` of the same key
@@ -93,6 +93,8 @@ CONFIG_FLAGS = (
          selector="resources-server", repeatable=True, metavar="NAME[/FLAVOR]"),
     Flag(("--model-type",), "model server config: responses_api_models/NAME/configs/(FLAVOR|NAME).yaml",
          selector="model-type", repeatable=True, metavar="NAME[/FLAVOR]"),
+    Flag(("--environment-server",), "environment server config: environment_servers/NAME/configs/(FLAVOR|NAME).yaml",
+         selector="environment-server", repeatable=True, metavar="NAME[/FLAVOR]"),
     Flag(("--search-dir",), "extra root searched for configs and servers before cwd (repeatable)", repeatable=True,
          metavar="DIR"),
 )  # fmt: skip

@@ -34,7 +34,7 @@ from nemo_gym.config.roots import child_env
 from nemo_gym.errors import ConfigError
 from nemo_gym.launcher.node_agent import NodeAgent, ServerSpec
 from nemo_gym.launcher.processes import LogSink
-from nemo_gym.launcher.runner import Launcher, ServerLaunchError, ServerProcess, _readdressed
+from nemo_gym.launcher.runner import Launcher, ServerLaunchError, ServerProcess, _readdressed, spawn_order
 from nemo_gym.transport import access
 
 __all__ = ["RayLauncher", "connect", "ordered_nodes", "replica_names"]
@@ -204,7 +204,7 @@ class RayLauncher(Launcher):
 
     def _on(self, node_id: str) -> list[ServerProcess]:
         label = self._node_labels[node_id]
-        return [s for s in self.servers if s.node == label]
+        return spawn_order([s for s in self.servers if s.node == label])
 
     def _agent(self, node_id: str) -> Any:
         if node_id not in self._agents:

@@ -3,7 +3,9 @@
 Order of a launch (:meth:`Launcher.start`): find every implementation directory and entrypoint (fail before anything
 slow), bind the head server's port, write the resolved config file (mode 0600, secrets included: children need them),
 start the head server, build or reuse the venvs, start the children on the sockets reserved for them at compose
-time, close the launcher's copies of those sockets, then wait until every server answers ``GET /`` with 200.
+time (environment servers last, :func:`spawn_order`), close the launcher's copies of those sockets, then wait until
+every server answers ``GET /`` with 200. Every server kind (``responses_api_models``, ``resources_servers``,
+``responses_api_agents``, ``environment_servers``) runs the same way, in its own venv.
 
 Secrets (:mod:`nemo_gym.config.secrets`) stay in two places only: the children's config file, which :meth:`Launcher.stop`
 deletes (normal exit, Ctrl-C, SIGTERM, a failed start: every path ends there), and the children's memory. The head
@@ -385,7 +387,7 @@ class Launcher:
     def _spawn_all(self) -> None:
         assert self.config_path is not None
         self._reaper = Reaper(self.config_path)  # stops the servers if this process dies without doing it
-        for server in self.servers:
+        for server in spawn_order(self.servers):
             reservation = ports.get_reservation(server.name)
             assert reservation is not None and server.python is not None
             env = self._child_env(server, reservation.fileno())
@@ -493,6 +495,12 @@ def running_servers(
             yield launcher
         finally:
             launcher.stop()
+
+
+def spawn_order(servers: Sequence[ServerProcess]) -> list[ServerProcess]:
+    """Config order, except that environment servers come last: they front the agents and resources servers, which
+    are then already starting when they do."""
+    return sorted(servers, key=lambda server: server.server_type == "environment_servers")
 
 
 def new_launcher(config: ComposedConfig | DictConfig, **options: Any) -> Launcher:

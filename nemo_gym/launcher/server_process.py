@@ -18,6 +18,9 @@ from nemo_gym.errors import LaunchError
 from nemo_gym.launcher.processes import LogSink
 from nemo_gym.launcher.venvs import VenvSpec
 
+KIND_LABELS = {"responses_api_models": "model server", "resources_servers": "resources server",
+               "responses_api_agents": "agent server", "environment_servers": "environment server"}  # fmt: skip
+"""How ``/server_instances`` and ``gym env status`` name each server kind."""
 LOG_TAIL_LINES = 20
 """Lines of a server's log quoted in the error that names it."""
 
@@ -67,6 +70,7 @@ class ServerProcess:
         return {
             "name": self.name,
             "server_type": self.server_type,
+            "kind": KIND_LABELS.get(self.server_type, self.server_type),
             "implementation": self.implementation,
             "host": self.host,
             "port": self.port,

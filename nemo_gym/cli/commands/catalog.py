@@ -19,10 +19,11 @@ from nemo_gym.assets import (
 from nemo_gym.cli.command import Command, Invocation, Positional
 from nemo_gym.cli.flags import CONFIG_FLAGS, JSON_FLAG
 from nemo_gym.cli.output import console
+from nemo_gym.config.keys import MISSING
 from nemo_gym.errors import ConfigError
 
 SEARCH_DIR_FLAG = CONFIG_FLAGS[-1]
-KINDS = ("environments", "benchmarks", "resources-servers", "models", "agents")
+KINDS = ("environments", "benchmarks", "resources-servers", "models", "agents", "environment-servers")
 
 
 def _datasets(raw: dict[str, Any]) -> list[str]:
@@ -57,6 +58,7 @@ def environment_rows() -> list[dict[str, Any]]:
                 "config_path": str(entry.config_path),
                 "resources_servers": _instances(raw, "resources_servers"),
                 "agents": _instances(raw, "responses_api_agents"),
+                "environment_servers": _instances(raw, "environment_servers"),
                 "datasets": _datasets(raw),
                 "usage": f"gym env start --environment {entry.name}",
             }
@@ -95,6 +97,7 @@ def _component_row(component: ComponentConfig, kind: str) -> dict[str, Any]:
             "domain": component.metadata("domain"),
             "description": component.metadata("description"),
             "agents": _instances(component.raw, "responses_api_agents"),
+            "environment_servers": _instances(component.raw, "environment_servers"),
             "datasets": _datasets(component.raw),
             "usage": f"gym env start --resources-server {component.name}",
         }
@@ -134,12 +137,53 @@ def agent_rows() -> list[dict[str, Any]]:
     return list(by_impl.values())
 
 
+def _refs(inner: dict[str, Any], server_type: str) -> list[str]:
+    """The names of the ``{type: server_type, name}`` refs of one settings block (``???``: left to the user)."""
+    return [
+        str(value.get("name"))
+        for value in inner.values()
+        if isinstance(value, dict) and value.get("type") == server_type and value.get("name") is not None
+    ]
+
+
+def environment_server_rows() -> list[dict[str, Any]]:
+    """One row per config of an environment server implementation (``environment_servers/<impl>/configs/``)."""
+    from nemo_gym.config.server_models import environment_server_agent_names  # not on every `gym` call's path
+
+    rows = []
+    for component in list_component_configs("environment_servers"):
+        blocks = component.inner_blocks()
+        if not blocks:
+            continue
+        agents = [name for _, _, inner in blocks for name in environment_server_agent_names(inner) if name != MISSING]
+        resources = [name for _, _, inner in blocks for name in _refs(inner, "resources_servers") if name != MISSING]
+        rows.append(
+            {
+                "name": component.name,
+                "kind": "environment-server",
+                "description": component.metadata("description"),
+                "instances": _instances(component.raw, "environment_servers"),
+                "agents": agents,
+                "resources_servers": resources,
+                "needs": [field for _, _, inner in blocks for field, value in inner.items() if _unset_ref(value)],
+                "config_path": str(component.config_path),
+                "usage": f"gym env start --environment-server {component.name} --config <your wiring.yaml>",
+            }
+        )
+    return rows
+
+
+def _unset_ref(value: Any) -> bool:
+    return isinstance(value, dict) and value.get("name") == MISSING
+
+
 ROW_SOURCES = {
     "environments": environment_rows,
     "benchmarks": benchmark_rows,
     "resources-servers": resources_server_rows,
     "models": model_rows,
     "agents": agent_rows,
+    "environment-servers": environment_server_rows,
 }
 COLUMNS = {
     "environments": ("name", "domain", "description"),
@@ -147,6 +191,7 @@ COLUMNS = {
     "resources-servers": ("name", "domain", "description"),
     "models": ("name", "description", "config_path"),
     "agents": ("name", "variants", "description"),
+    "environment-servers": ("name", "needs", "description", "config_path"),
 }
 
 
