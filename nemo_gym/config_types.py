@@ -82,9 +82,12 @@ from nemo_gym.errors import (
     ServerRefNotFoundError,
 )
 from nemo_gym.metrics import AggregateMetrics, AggregateMetricsRequest, WANDBConfig
+from nemo_gym.observability.correlation import ROLLOUT_PATH_PREFIX, TOKEN_CAPTURE_PATH_SEGMENT
 
 __all__ = [
     "AGENT_REF_KEY",
+    "ROLLOUT_PATH_PREFIX",
+    "TOKEN_CAPTURE_PATH_SEGMENT",
     "SERVER_TYPES",
     "AgentServerRef",
     "AggregateMetrics",

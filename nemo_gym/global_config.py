@@ -24,6 +24,7 @@ from nemo_gym.config.compose import (
     compose,
 )
 from nemo_gym.config.datasets import AGENT_REF_KEY as AGENT_REF_KEY_NAME
+from nemo_gym.config.parser_face import GlobalConfigDictParser, GlobalConfigDictParserConfig
 from nemo_gym.config.ports import DEFAULT_PORT_RANGE as _DEFAULT_PORT_RANGE
 from nemo_gym.config.ports import probe_free_port as _probe_free_port
 from nemo_gym.config.secrets import mask_secrets
@@ -119,6 +120,8 @@ TASK_SOURCE_KEY_NAME = "task_source"
 _GLOBAL_CONFIG_DICT: DictConfig | None = None
 
 __all__ = [
+    "GlobalConfigDictParser",
+    "GlobalConfigDictParserConfig",
     "AGENT_REF_KEY_NAME",
     "AGENT_SERVER_REF_KEY_NAME",
     "AGENT_SERVER_TYPE_KEY_NAME",
