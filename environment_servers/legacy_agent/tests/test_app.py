@@ -18,6 +18,8 @@ from resources_servers.example_single_tool_call.app import (
 from responses_api_agents.simple_agent.app import SimpleAgent, SimpleAgentConfig
 from responses_api_models.scripted_model.app import ScriptedModel, ScriptedModelConfig
 
+pytestmark = pytest.mark.timeout(300)  # servers in threads: slow to start on a loaded machine
+
 ROWS = (INSTALL_DIR / "resources_servers/example_single_tool_call/data/example.jsonl").read_text().splitlines()
 
 
