@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import inspect
 import typing
-from typing import Annotated, Any, Protocol, Union
+from typing import Annotated, Any, Union
 
 from fastapi import FastAPI, HTTPException, Request
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
@@ -82,16 +82,9 @@ class ResourcesCloseSessionResponse(BaseModel):
     resources_session_id: str
 
 
-class SessionServer(Protocol):
-    """What the routes need of a resources server (``SimpleResourcesServer`` is one)."""
-
-    seed_session: Any
-
-    async def close_resources_session(self, body: ResourcesCloseSessionRequest) -> ResourcesCloseSessionResponse: ...
-
-
-def add_session_routes(app: FastAPI, server: SessionServer) -> None:
-    """Add ``POST /seed_session`` and ``POST /close_session`` for ``server`` to ``app``."""
+def add_session_routes(app: FastAPI, server: Any) -> None:
+    """Add ``POST /seed_session`` and ``POST /close_session`` for ``server`` (a ``SimpleResourcesServer``: not
+    imported here, which would make the two modules import each other) to ``app``."""
     closed: SessionStore[bool] = SessionStore(max_sessions=_CLOSED_IDS_KEPT)
     seed: Any = server.seed_session  # an override may take the request too, and its own body type
     declared = _body_model(seed)

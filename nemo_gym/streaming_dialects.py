@@ -72,7 +72,7 @@ def restore_namespace_tool_calls(items: list[dict[str, Any]], names: NamespaceMa
 
     def restored(item: dict[str, Any]) -> dict[str, Any]:
         declared = (
-            names.get(item.get("name")) if isinstance(item, dict) and item.get("type") == "function_call" else None
+            names.get(str(item.get("name"))) if isinstance(item, dict) and item.get("type") == "function_call" else None
         )
         return item if declared is None else {**item, "namespace": declared[0], "name": declared[1]}
 
