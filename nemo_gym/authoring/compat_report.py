@@ -80,6 +80,13 @@ def summary_lines(comparison: Comparison) -> list[str]:
         f"Parity: {control_ok - len(comparison.gaps)} of the {control_ok} folders that pass on the control pass on "
         f"ours; {len(comparison.gaps)} do not; {len(comparison.gains)} pass only on ours.",
     ]
+    kinds: dict[str, list[int]] = {}
+    for ours, _ in rows:
+        counts = kinds.setdefault(ours.folder.split("/", 1)[0], [0, 0])
+        counts[0] += ours.ok
+        counts[1] += 1
+    if len(kinds) > 1:
+        lines.append("On ours by folder kind: " + ", ".join(f"{k} {ok} of {n}" for k, (ok, n) in kinds.items()) + ".")
     causes = Counter(ours.cause or ours.result for ours, _ in rows if not ours.ok)
     if causes:
         lines.append("Failures on ours by cause: " + ", ".join(f"{c} {n}" for c, n in causes.most_common()) + ".")
@@ -97,8 +104,11 @@ def render_markdown(comparison: Comparison, ours: dict[str, Any], control: Check
             return "not run"
         return f"{result.result} ({result.passed}/{result.failed}/{result.skipped})"
 
+    where = f"at commit `{ours['commit']}`" if ours.get("commit") else "at commit `unknown`"
+    if not ours.get("commit") and ours.get("version"):
+        where = f"(nemo_gym {ours['version']})"
     out = [
-        f"Checkout: `{ours.get('checkout', '')}` at commit `{ours.get('commit') or 'unknown'}`; Python "
+        f"Checkout: `{ours.get('checkout', '')}` {where}; Python "
         f"{ours.get('python', '')} for both runs. Control: NeMo Gym's own `nemo_gym` from `{control.nemo_gym}`.",
         "",
         *[f"- {line}" for line in summary_lines(comparison)],

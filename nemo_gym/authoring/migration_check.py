@@ -7,6 +7,11 @@ the checkout root on ``PYTHONPATH`` (so ``from app import ...`` and ``from resou
 work) and asyncio's auto mode (async tests carry no marker). The checkout's own pytest settings apply, as they do
 upstream. ``--nemo-gym PATH`` installs another framework source tree instead: the same folders against NeMo Gym's own
 core is the control that tells our gaps from the folder's own needs.
+
+The checkout may be a git checkout of NeMo Gym or its released wheel unpacked (``nemo_gym-<version>.dist-info/``
+instead of a ``pyproject.toml``; see :mod:`nemo_gym.authoring.unpacked_wheel`), and so may ``--nemo-gym``'s tree: a
+wheel's core is installed from the wheel packed again. Folders are walked in the five kinds a release ships them in
+(:data:`CHECKOUT_FOLDERS`); ``dry_run`` lists them without building anything.
 """
 
 from __future__ import annotations
@@ -25,11 +30,12 @@ import xml.etree.ElementTree as ElementTree
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from nemo_gym.authoring.failure_causes import Cause, classify_failure, first_error_line
 from nemo_gym.authoring.server_tests import PYTEST_OPTIONS, SERVER_TYPES
+from nemo_gym.authoring.unpacked_wheel import find_unpacked_wheel
 from nemo_gym.errors import UserError
 from nemo_gym.jsonl import write_json_atomic
 from nemo_gym.launcher.processes import kill_group, spawn
@@ -43,6 +49,8 @@ from nemo_gym.launcher.venvs import (
     venv_spec,
 )
 
+CHECKOUT_FOLDERS: tuple[str, ...] = (*SERVER_TYPES, "environments")
+"""The folder kinds whose folders are tested: the four server kinds and ``environments/`` (one with dependencies)."""
 DEFAULT_TIMEOUT_S = 900.0
 OUTPUT_TAIL_CHARS = 20_000
 """How much of a failed run's output is kept for classification when pytest wrote no report."""
@@ -105,15 +113,16 @@ class _Report:
 
 
 def find_checkout_folders(checkout: Path, patterns: tuple[str, ...] = ()) -> list[Path]:
-    """Server folders of a checkout: directories under the three server types that declare dependencies."""
-    if not any((checkout / server_type).is_dir() for server_type in SERVER_TYPES):
+    """Server folders of a checkout: directories under :data:`CHECKOUT_FOLDERS` that declare dependencies."""
+    if not any((checkout / kind).is_dir() for kind in CHECKOUT_FOLDERS):
         raise UserError(
-            f"--checkout {checkout}: no {', '.join(SERVER_TYPES)} folder there (is it a NeMo Gym checkout?)"
+            f"--checkout {checkout}: no {', '.join(CHECKOUT_FOLDERS)} folder there (is it a NeMo Gym checkout or an "
+            "unpacked nemo_gym wheel?)"
         )
     folders = [
         folder
-        for server_type in SERVER_TYPES
-        for folder in sorted((checkout / server_type).glob("*"))
+        for kind in CHECKOUT_FOLDERS
+        for folder in sorted((checkout / kind).glob("*"))
         if (folder / REQUIREMENTS_FILE).is_file() or (folder / PYPROJECT_FILE).is_file()
     ]
     if not patterns:
@@ -146,8 +155,11 @@ def resolve_interpreter(python: str | None, framework_dir: Path | None, checkout
         interpreter = Interpreter(path, _version_of(path))
     if framework_dir is not None:
         return _meet(interpreter, framework_dir, _required_python(framework_dir), strict=True)
-    if checkout is not None and (checkout / "nemo_gym").is_dir() and (checkout / PYPROJECT_FILE).is_file():
-        return _meet(interpreter, checkout, _required_python(checkout), strict=False)
+    if checkout is not None and (checkout / "nemo_gym").is_dir():
+        if (checkout / PYPROJECT_FILE).is_file():
+            return _meet(interpreter, checkout, _required_python(checkout), strict=False)
+        if (wheel := find_unpacked_wheel(checkout)) is not None:
+            return _meet(interpreter, checkout, wheel.requires_python, strict=False)
     return interpreter
 
 
@@ -196,9 +208,12 @@ def _find_python(version: str) -> str | None:
 
 def _required_python(framework_dir: Path) -> str | None:
     pyproject = framework_dir / PYPROJECT_FILE
+    if not pyproject.is_file() and (wheel := find_unpacked_wheel(framework_dir)) is not None:
+        return wheel.requires_python
     if not pyproject.is_file() or not (framework_dir / "nemo_gym").is_dir():
         raise UserError(
-            f"--nemo-gym {framework_dir}: not a nemo_gym source tree (it needs pyproject.toml and nemo_gym/)"
+            f"--nemo-gym {framework_dir}: not a nemo_gym source tree (it needs pyproject.toml and nemo_gym/) nor an "
+            "unpacked nemo_gym wheel (nemo_gym/ and nemo_gym-<version>.dist-info/)"
         )
     match = re.search(r'(?m)^requires-python\s*=\s*">=\s*([\d.]+)', pyproject.read_text(encoding="utf-8"))
     return match.group(1) if match else None
@@ -218,7 +233,13 @@ def import_root(checkout: Path, cache_dir: Path) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     for entry in sorted(checkout.iterdir()):
         link = root / entry.name
-        if entry.is_dir() and entry.name != "nemo_gym" and not entry.name.startswith(".") and not link.exists():
+        if (
+            entry.is_dir()
+            and entry.name != "nemo_gym"
+            and not entry.name.startswith(".")
+            and not entry.name.endswith(".dist-info")  # an unpacked wheel's: it would shadow the installed metadata
+            and not link.exists()
+        ):
             with contextlib.suppress(FileExistsError):
                 link.symlink_to(entry, target_is_directory=True)
     return root
@@ -347,6 +368,7 @@ def run_check(
     """Every selected folder, ``options.jobs`` at a time; results in folder order."""
     folders = find_checkout_folders(options.checkout, options.patterns)
     root = import_root(options.checkout, options.cache_dir)
+    options = installable_framework(options)
 
     def one(folder: Path) -> FolderResult:
         result = check_folder(folder, options, interpreter, root)
@@ -356,6 +378,35 @@ def run_check(
 
     with ThreadPoolExecutor(max_workers=max(1, options.jobs)) as pool:
         return list(pool.map(one, folders))
+
+
+def installable_framework(options: CheckOptions) -> CheckOptions:
+    """``options`` with an unpacked wheel as ``framework_dir`` replaced by that wheel packed again (a source tree is
+    installed as it is)."""
+    framework = options.framework_dir
+    if framework is None or (framework / PYPROJECT_FILE).is_file():
+        return options
+    wheel = find_unpacked_wheel(framework)
+    return replace(options, framework_dir=wheel.pack(options.cache_dir)) if wheel is not None else options
+
+
+def dry_run_lines(options: CheckOptions) -> list[str]:
+    """What a check would test, one folder a line, built and run nothing: ``<kind>/<folder>`` and, for a folder
+    without a test file, ``(no tests)``."""
+    return [
+        f"{folder.parent.name}/{folder.name}" + ("" if _has_test_files(folder) else "  (no tests)")
+        for folder in find_checkout_folders(options.checkout, options.patterns)
+    ]
+
+
+def checkout_version(checkout: Path) -> str | None:
+    """The checkout's own nemo_gym version: an unpacked wheel's, or its ``pyproject.toml``'s ``version``."""
+    if (wheel := find_unpacked_wheel(checkout)) is not None:
+        return wheel.version
+    with contextlib.suppress(OSError):
+        match = re.search(r'(?m)^version\s*=\s*"([^"]+)"', (checkout / PYPROJECT_FILE).read_text(encoding="utf-8"))
+        return match.group(1) if match else None
+    return None
 
 
 def checkout_commit(checkout: Path) -> str | None:
@@ -373,6 +424,7 @@ def report_header(options: CheckOptions, interpreter: Interpreter) -> dict[str, 
     return {
         "checkout": str(options.checkout),
         "commit": checkout_commit(options.checkout),
+        "version": checkout_version(options.checkout),
         "nemo_gym": str(options.framework_dir or Path(__file__).resolve().parents[2]),
         "python": interpreter.version,
     }
@@ -384,10 +436,12 @@ def write_report(path: Path, options: CheckOptions, interpreter: Interpreter, re
 
 
 __all__ = [
+    "CHECKOUT_FOLDERS",
     "CheckOptions",
     "FolderResult",
     "Interpreter",
     "check_folder",
+    "dry_run_lines",
     "find_checkout_folders",
     "report_header",
     "resolve_interpreter",

@@ -1,8 +1,11 @@
-"""``gym env init --resources-server NAME``: a new resources server that runs and passes its own tests at once.
+"""``gym env init --resources-server NAME`` / ``--environment-server NAME``: a new server that passes its own tests at once.
 
-The skeleton is a complete exact-answer environment (the reward is 1 when the model's final text equals the row's
-``expected_answer``) with a config wiring it to a ``simple_agent`` and the policy model, five example rows, tests and a
-README to fill in — a working starting point to edit, not a template to complete before anything runs.
+The resources server skeleton is a complete exact-answer environment (the reward is 1 when the model's final text
+equals the row's ``expected_answer``) with a config wiring it to a ``simple_agent`` and the policy model, five example
+rows, tests and a README to fill in — a working starting point to edit, not a template to complete before anything
+runs. The environment server skeleton (NeMo Gym 0.7's fourth kind, ``environment_servers/<name>/``) is the same task
+as one episode it owns end to end: a :class:`~nemo_gym.base_environment_server.BaseEnvironmentServer` whose ``run``
+asks the policy model once and scores the answer, with the same folder shape.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import json
 import keyword
 from pathlib import Path
 
+from nemo_gym.authoring.environment_server_template import environment_server_files
 from nemo_gym.errors import ConfigError
 
 APP = '''"""{name}: describe what this environment trains here.
@@ -143,15 +147,28 @@ gym eval run --resources-server {name} --agent {name}_simple_agent \\
 EXAMPLES = ("apple", "blue", "seven", "Paris", "yes")
 
 
-def scaffold_resources_server(name: str, root: Path) -> Path:
-    """Create ``<root>/resources_servers/<name>/``; refuse a bad name or an existing directory."""
+def _target(kind: str, name: str, root: Path) -> tuple[Path, dict[str, str]]:
+    """``<root>/<kind>/<name>`` and the template fields; refuse a bad name or an existing directory."""
     if not name.isidentifier() or keyword.iskeyword(name):
-        raise ConfigError(f"{name!r} is not a valid resources server name: use a Python identifier like my_env")
-    target = root / "resources_servers" / name
+        what = kind.removesuffix("s").replace("_", " ")
+        raise ConfigError(f"{name!r} is not a valid {what} name: use a Python identifier like my_env")
+    target = root / kind / name
     if target.exists():
         raise ConfigError(f"{target} already exists; pick another name or remove it first")
-    cls = "".join(part.capitalize() for part in name.split("_"))
-    fields = {"name": name, "cls": cls}
+    return target, {"name": name, "cls": "".join(part.capitalize() for part in name.split("_"))}
+
+
+def _write(target: Path, files: dict[str, str]) -> Path:
+    for relative, text in files.items():
+        path = target / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    return target
+
+
+def scaffold_resources_server(name: str, root: Path) -> Path:
+    """Create ``<root>/resources_servers/<name>/``; refuse a bad name or an existing directory."""
+    target, fields = _target("resources_servers", name, root)
     files = {
         "__init__.py": "",
         "app.py": APP.format(**fields),
@@ -169,8 +186,10 @@ def scaffold_resources_server(name: str, root: Path) -> Path:
             for word in EXAMPLES
         ),
     }
-    for relative, text in files.items():
-        path = target / relative
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-    return target
+    return _write(target, files)
+
+
+def scaffold_environment_server(name: str, root: Path) -> Path:
+    """Create ``<root>/environment_servers/<name>/``; refuse a bad name or an existing directory."""
+    target, fields = _target("environment_servers", name, root)
+    return _write(target, environment_server_files(fields))

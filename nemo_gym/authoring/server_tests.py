@@ -21,7 +21,8 @@ from nemo_gym.config.roots import child_env, search_roots
 from nemo_gym.errors import ConfigError
 from nemo_gym.launcher.venvs import BuildContext, build_venv, venv_spec
 
-SERVER_TYPES = ("resources_servers", "responses_api_agents", "responses_api_models")
+SERVER_TYPES = ("resources_servers", "responses_api_agents", "responses_api_models", "environment_servers")
+"""The folders a root holds server implementations in (``nemo_gym.checkout.SERVER_FOLDERS``, in the order tested)."""
 EXAMPLE_ROWS = 5
 PYTEST_OPTIONS = ("-o", "asyncio_mode=auto", "-o", "asyncio_default_fixture_loop_scope=function")
 """Server tests are written like the core's: async tests without markers."""

@@ -5,7 +5,7 @@ Relative paths resolve against an ordered list of roots: the command's ``--searc
 working directory, then the install root. The first match wins.
 
 "The checkout that holds the working directory" is the parent of the nearest enclosing ``resources_servers``,
-``responses_api_agents`` or ``responses_api_models`` folder. A server process runs in its own folder, and so do its
+``responses_api_agents``, ``responses_api_models`` or ``environment_servers`` folder. A server process runs in its own folder, and so do its
 tests, so a path written relative to a NeMo Gym checkout (``resources_servers/x/prompts/judge.yaml``) is found from
 inside any of that checkout's server folders, as NeMo Gym finds it relative to its own checkout root.
 

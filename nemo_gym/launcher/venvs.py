@@ -100,9 +100,12 @@ def find_uv() -> str:
 def framework_requirement(extras: str = "", framework_dir: Path | None = None) -> str:
     """How a venv installs the framework: editable from a source checkout, else the launcher's exact version.
 
-    ``framework_dir`` installs another source tree of the framework instead (a migration check's control run).
+    ``framework_dir`` installs another source tree of the framework instead (a migration check's control run), or
+    a built ``.whl`` of it (a released wheel, packed again from its unpacked files).
     """
     suffix = f"[{extras}]" if extras else ""
+    if framework_dir is not None and framework_dir.suffix == ".whl":
+        return f"nemo-gym{suffix}@{framework_dir.resolve().as_uri()}"  # one token: no space before the URL
     if framework_dir is not None:
         return f"-e {framework_dir}{suffix}"
     if (INSTALL_DIR / PYPROJECT_FILE).is_file():

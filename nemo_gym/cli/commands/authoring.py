@@ -19,16 +19,17 @@ SEARCH_DIR = Flag(("--search-dir",), "extra root searched for servers before cwd
                   metavar="DIR")  # fmt: skip
 
 
-CHECKOUT = Flag(("--checkout",), "test the server folders of this NeMo Gym checkout against our nemo_gym instead",
-               metavar="PATH")  # fmt: skip
+CHECKOUT = Flag(("--checkout",), "test the server folders of this NeMo Gym checkout (or unpacked nemo_gym wheel) "
+               "against our nemo_gym instead", metavar="PATH")  # fmt: skip
 CHECKOUT_ONLY = (
     Flag(("--folder",), "with --checkout: only folders matching this name or glob (repeatable)", repeatable=True,
          metavar="GLOB"),
     Flag(("--jobs",), "with --checkout: folders tested at once", value_type=int, minimum=1, metavar="N"),
     Flag(("--timeout",), "with --checkout: seconds allowed for each folder's venv build, and for its tests "
          "(default 900)", value_type=float, minimum=1, metavar="SECONDS"),
-    Flag(("--nemo-gym",), "with --checkout: install this nemo_gym source tree instead of ours (a control run)",
-         metavar="PATH"),
+    Flag(("--nemo-gym",), "with --checkout: install this nemo_gym source tree or unpacked wheel instead of ours "
+         "(a control run)", metavar="PATH"),
+    Flag(("--dry-run",), "with --checkout: list the folders it would test, build and run nothing", switch=True),
     Flag(("--python",), "with --checkout: the venvs' Python (a version such as 3.13, or a path)", metavar="PYTHON"),
     Flag(("--json",), "with --checkout: also write the results as JSON here", metavar="PATH"),
     Flag(("--control",), "with --checkout: a control run's --json report, shown beside ours with the parity gaps",
@@ -47,13 +48,22 @@ def _entrypoint_override(invocation: Invocation) -> str | None:
 
 
 def init(invocation: Invocation) -> int:
-    from nemo_gym.authoring.scaffold import scaffold_resources_server
+    from nemo_gym.authoring.scaffold import scaffold_environment_server, scaffold_resources_server
 
+    if (environment_server := invocation.get("environment_server")) is not None:
+        if invocation.get("resources_server") is not None:
+            raise ConfigError("gym env init creates one server: --resources-server NAME or --environment-server NAME")
+        target = scaffold_environment_server(environment_server, Path.cwd())
+        console.print(f"Created {target}\n  next: gym env test --environment-server {environment_server}",
+                      markup=False)  # fmt: skip
+        return 0
     name = invocation.get("resources_server")
     if name is None and (entry := _entrypoint_override(invocation)):
         name = entry.split("/")[-1]
     if not name:
-        raise ConfigError("say which server to create: gym env init --resources-server NAME")
+        raise ConfigError(
+            "say which server to create: gym env init --resources-server NAME (or --environment-server NAME)"
+        )
     target = scaffold_resources_server(name, Path.cwd())
     console.print(
         f"Created {target}\n  next: gym env test --resources-server {name}\n"
@@ -69,6 +79,8 @@ def test(invocation: Invocation) -> int:
     from nemo_gym.global_config import parse_global_config_dict
 
     only = invocation.get("resources_server") or _entrypoint_override(invocation)
+    if invocation.get("environment_server"):
+        only = f"environment_servers/{invocation.get('environment_server')}"
     config = parse_global_config_dict([t for t in invocation.overrides if not t.lstrip("+").startswith("entrypoint=")],
                                       dummy_model=True)  # fmt: skip
     if invocation.get("checkout"):
@@ -121,6 +133,15 @@ def _test_checkout(invocation: Invocation, cache_dir: Path) -> int:
 
     checkout = Path(invocation.get("checkout")).expanduser().resolve()
     framework = invocation.get("nemo_gym")
+    if invocation.get("dry_run"):
+        from nemo_gym.authoring.migration_check import dry_run_lines
+
+        lines = dry_run_lines(CheckOptions(checkout=checkout, cache_dir=cache_dir,
+                                           patterns=tuple(invocation.get("folder") or ())))  # fmt: skip
+        for line in lines:
+            console.print(line, markup=False)
+        console.print(f"{len(lines)} folders of {checkout} would be tested", markup=False)
+        return 0
     options = CheckOptions(
         checkout=checkout,
         cache_dir=cache_dir,
@@ -196,15 +217,21 @@ def env_table(invocation: Invocation) -> int:
 
 COMMANDS = (
     Command(
-        "env", "init", "create a new resources server that runs and passes its tests", init,
-        (Flag(("--resources-server",), "name of the new server (a Python identifier)", metavar="NAME"),),
-        examples=("example: gym env init --resources-server my_env",),
+        "env", "init", "create a new resources or environment server that runs and passes its tests", init,
+        (
+            Flag(("--resources-server",), "name of the new server (a Python identifier)", metavar="NAME"),
+            Flag(("--environment-server",), "name of a new environment server (environment_servers/NAME/)",
+                 metavar="NAME"),
+        ),
+        examples=("example: gym env init --resources-server my_env",
+                  "example: gym env init --environment-server my_episode"),
     ),
     Command(
         "env", "test", "run a server's tests in its own venv (all servers, with data checks, when none is named)",
         test,
         (
             Flag(("--resources-server",), "only this resources server", metavar="NAME"),
+            Flag(("--environment-server",), "only this environment server", metavar="NAME"),
             Flag(("--shared-venv",), "run in this Python environment instead of each server's venv", switch=True),
             SEARCH_DIR,
             CHECKOUT,
