@@ -16,6 +16,7 @@ import re
 import tempfile
 import zipfile
 from dataclasses import dataclass
+from email.parser import HeaderParser
 from pathlib import Path
 
 from nemo_gym.errors import UserError
@@ -89,18 +90,14 @@ def find_unpacked_wheel(directory: Path) -> UnpackedWheel | None:
 
 
 def _metadata_field(path: Path, field: str) -> str | None:
-    """The first ``Field: value`` header of a METADATA or WHEEL file (its headers end at the first blank line)."""
+    """A ``Field: value`` header of a METADATA or WHEEL file, read as the email-style headers they are (a ``License``
+    may run over many continuation lines, some of them only whitespace)."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError:
         return None
-    for line in text.splitlines():
-        if not line.strip():
-            break
-        name, _, value = line.partition(":")
-        if name.strip().lower() == field.lower():
-            return value.strip()
-    return None
+    value = HeaderParser().parsestr(text, headersonly=True).get(field)
+    return str(value).strip() if value is not None else None
 
 
 __all__ = ["UnpackedWheel", "find_unpacked_wheel"]

@@ -48,6 +48,7 @@ def make_wheel(root: Path, requires_python: str | None = None) -> Path:
     write(root / "nemo_gym" / "__init__.py", CORE)
     dist_info = root / f"nemo_gym-{VERSION}.dist-info"
     metadata = f"Metadata-Version: 2.4\nName: nemo-gym\nVersion: {VERSION}\n"
+    metadata += "License:    Apache License\n           Version 2.0\n        \n           TERMS AND CONDITIONS\n"
     metadata += 'Provides-Extra: dev\nRequires-Dist: pytest; extra == "dev"\n'  # what the folders' tests run with
     if requires_python:
         metadata += f"Requires-Python: >={requires_python}\n"
