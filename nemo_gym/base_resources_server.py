@@ -14,8 +14,9 @@ from fastapi import Body, FastAPI
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from nemo_gym.config.server_models import BaseRunServerInstanceConfig
-from nemo_gym.episode_types import EpisodeId, TaskId
-from nemo_gym.failure_kinds import validate_failure_kind
+from nemo_gym.episode_types import EpisodeId as _EpisodeId
+from nemo_gym.episode_types import TaskId as _TaskId
+from nemo_gym.failure_kinds import validate_failure_kind as _validate_failure_kind
 from nemo_gym.judge import judge_failsafe as _judge_failsafe
 from nemo_gym.mcp_exposure import METADATA_KEY as _MCP_METADATA_KEY
 from nemo_gym.mcp_exposure import SESSION_TOKEN_HEADER as _SESSION_TOKEN_HEADER
@@ -123,24 +124,24 @@ class BaseVerifyResponse(BaseVerifyRequest):
     @field_validator("failure_kind")
     @classmethod
     def _shared_failure_kind(cls, value: str | None) -> str | None:
-        return validate_failure_kind(value)
+        return _validate_failure_kind(value)
 
 
 class BaseMultiRewardVerifyResponse(BaseVerifyResponse):
     reward_components: dict[str, float]
 
 
-VerificationInputT = TypeVar("VerificationInputT")
+_VerificationInputT = TypeVar("_VerificationInputT")
 
 
-class ResourcesVerifyRequest(BaseModel, Generic[VerificationInputT]):
+class ResourcesVerifyRequest(BaseModel, Generic[_VerificationInputT]):
     """A typed verification body for environments whose output is not a Responses trajectory."""
 
     model_config = ConfigDict(extra="forbid")
 
-    episode_id: EpisodeId
-    task_id: TaskId
-    verification_input: VerificationInputT
+    episode_id: _EpisodeId
+    task_id: _TaskId
+    verification_input: _VerificationInputT
 
 
 class BaseRunRequest(BaseModel):

@@ -26,10 +26,10 @@ from nemo_gym.agent_sessions import (
     AgentSeedSessionResponse,
     AgentSessionSetupError,
     AgentSessionState,
-    AgentSessionTable,
-    unique_access_names,
 )
+from nemo_gym.agent_sessions import AgentSessionTable as _AgentSessionTable
 from nemo_gym.agent_sessions import _AgentSessionRecord as _AgentSessionRecord
+from nemo_gym.agent_sessions import unique_access_names as _unique_access_names
 from nemo_gym.base_resources_server import BaseRunRequest, BaseVerifyResponse
 from nemo_gym.base_resources_server import MetricsHooks as _MetricsHooks
 from nemo_gym.config.server_models import BaseRunServerInstanceConfig
@@ -37,9 +37,10 @@ from nemo_gym.global_config import get_first_server_config_dict as _get_first_se
 from nemo_gym.metrics import AggregateMetrics, AggregateMetricsRequest, aggregate_verify_responses
 from nemo_gym.observability import correlation as _correlation
 from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParamsNonStreaming
-from nemo_gym.server_utils import SESSION_ID_KEY, SimpleServer
+from nemo_gym.server_utils import SESSION_ID_KEY as _SESSION_ID_KEY
+from nemo_gym.server_utils import SimpleServer
 from nemo_gym.server_utils import json_response as _json_response
-from nemo_gym.tool_access import ToolAccess
+from nemo_gym.tool_access import ToolAccess as _ToolAccess
 from nemo_gym.transport import http_client as _http
 from nemo_gym.transport.routes import BodyRoute as _BodyRoute
 
@@ -92,15 +93,15 @@ class BaseResponsesAPIAgentConfig(BaseRunServerInstanceConfig):
     token_id_capture: bool = False
     """Take part in training token capture when the run's ``token_id_capture.enabled`` is on (external harnesses
     whose answers carry no token ids)."""
-    tool_accesses: list[ToolAccess] = Field(default_factory=list)
+    tool_accesses: list[_ToolAccess] = Field(default_factory=list)
     """Tools every agent session may use; a session's own accesses replace these by name."""
 
-    _unique_accesses = field_validator("tool_accesses")(unique_access_names)
+    _unique_accesses = field_validator("tool_accesses")(_unique_access_names)
 
 
 class SimpleResponsesAPIAgent(_MetricsHooks, SimpleServer):
     config: BaseResponsesAPIAgentConfig
-    _agent_sessions: AgentSessionTable | None = PrivateAttr(default=None)
+    _agent_sessions: _AgentSessionTable | None = PrivateAttr(default=None)
 
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()
@@ -186,15 +187,15 @@ class SimpleResponsesAPIAgent(_MetricsHooks, SimpleServer):
     # -- agent sessions (an environment server's episode; nemo_gym.agent_sessions) -------------------------------------
 
     @property
-    def agent_sessions(self) -> AgentSessionTable:
+    def agent_sessions(self) -> _AgentSessionTable:
         if self._agent_sessions is None:
             window = getattr(self.config, "session_close_retry_window_seconds", 300.0)
-            self._agent_sessions = AgentSessionTable(window)
+            self._agent_sessions = _AgentSessionTable(window)
         return self._agent_sessions
 
     async def seed_agent_session(self, request: Request, body: AgentSeedSessionRequest) -> AgentSeedSessionResponse:
         """Open an agent session; the same request again answers the same session."""
-        return await self.agent_sessions.seed(body, request.session[SESSION_ID_KEY], self._seed_agent_session_state)
+        return await self.agent_sessions.seed(body, request.session[_SESSION_ID_KEY], self._seed_agent_session_state)
 
     async def close_agent_session(self, body: AgentCloseSessionRequest) -> AgentCloseSessionResponse:
         """Close it: what the agent observed and the resources cookies. A repeated close answers the same."""
@@ -204,9 +205,9 @@ class SimpleResponsesAPIAgent(_MetricsHooks, SimpleServer):
         """The open agent session the request's cookie names, if any (409 when that session is closed)."""
         if self._agent_sessions is None:
             return None
-        return self._agent_sessions.state_for_cookie(request.session.get(SESSION_ID_KEY))
+        return self._agent_sessions.state_for_cookie(request.session.get(_SESSION_ID_KEY))
 
-    def effective_tool_accesses(self, request: AgentSeedSessionRequest) -> list[ToolAccess]:
+    def effective_tool_accesses(self, request: AgentSeedSessionRequest) -> list[_ToolAccess]:
         """The configured tool accesses with the session's own laid over them by name."""
         accesses = {access.name: access for access in getattr(self.config, "tool_accesses", [])}
         accesses.update((access.name, access) for access in request.tool_accesses)
