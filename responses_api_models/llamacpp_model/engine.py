@@ -40,9 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import llama_cpp
-import numpy as np  # a hard dependency of llama_cpp itself; used only to turn raw logits into log-probs
-from llama_cpp.llama_grammar import LlamaGrammar, json_schema_to_gbnf
+import numpy as np  # turns raw logits into log-probs
 
 from nemo_gym.chat_protocol import (
     CALL_PREFIX,
@@ -56,6 +54,9 @@ from nemo_gym.chat_protocol import (
     protocol_messages,
 )
 from nemo_gym.embedded_model import find_default_gguf
+
+from .json_grammar import json_schema_to_gbnf
+from .native import LlamaModel
 
 _MAX_SEED = 2**31 - 1
 
@@ -130,23 +131,14 @@ class LlamaCppEngine:
         self.max_tool_calls = max(1, int(max_tool_calls))
         self._lock = threading.Lock()
         self._seed_source = random.Random(seed)
-        self._llm = llama_cpp.Llama(
-            model_path=self.model_path,
-            n_ctx=n_ctx,
-            n_threads=n_threads,
-            n_threads_batch=n_threads,
-            seed=seed,
-            logits_all=False,
-            verbose=verbose,
-        )
-        self.n_ctx = int(self._llm.n_ctx())
-        self._n_vocab = int(self._llm.n_vocab())
-        self._vocab = self._llm._model.vocab
-        self._bos = [self._llm.token_bos()] if self._llm._model.add_bos_token() else []
+        self._llm = LlamaModel(self.model_path, n_ctx=n_ctx, n_threads=n_threads, verbose=verbose)
+        self.n_ctx = self._llm.n_ctx
+        self._n_vocab = self._llm.n_vocab
+        self._bos = [self._llm.bos] if self._llm.adds_bos else []
         self.template = ChatTemplate(
-            self._llm.metadata.get("tokenizer.chat_template"),
-            bos_token=self._token_text(self._llm.token_bos()),
-            eos_token=self._token_text(self._llm.token_eos()),
+            self._llm.metadata("tokenizer.chat_template"),
+            bos_token=self._token_text(self._llm.bos),
+            eos_token=self._token_text(self._llm.eos),
         )
         self._grammars: dict[str, str] = {}
 
@@ -189,7 +181,7 @@ class LlamaCppEngine:
                 budget = min(budget, int(max_tokens))
             # Always start from an empty KV cache: reusing a cached prefix changes the batch shapes of the
             # prompt evaluation, which perturbs logits slightly and would break same-seed reproducibility.
-            self._llm.reset()
+            self._llm.truncate(0)
             runner = _Runner(self, prompt_ids, budget, sampling, request_seed, on_text)
             if headers:
                 calls_cap = self.max_tool_calls if parallel_tool_calls else 1
@@ -206,16 +198,13 @@ class LlamaCppEngine:
     def _grammar_for(self, tool: Tool) -> str:
         """Argument grammar for a tool, checked once with llama.cpp's own parser.
 
-        llama-cpp-python adds a grammar sampler without checking that it parsed, and a rejected grammar would
-        crash the process, so anything llama.cpp refuses falls back to the any-JSON-object grammar.
+        Anything llama.cpp's parser refuses falls back to the any-JSON-object grammar, so sampling never meets a
+        grammar it cannot use.
         """
         key = json.dumps(tool.parameters, sort_keys=True)
         if key not in self._grammars:
             grammar = _arguments_grammar(tool.parameters)
-            sampler = llama_cpp.llama_sampler_init_grammar(self._vocab, grammar.encode("utf-8"), b"root")
-            if sampler:
-                llama_cpp.llama_sampler_free(sampler)
-            else:
+            if not self._llm.check_grammar(grammar):
                 grammar = _ANY_JSON_OBJECT_GBNF
             self._grammars[key] = grammar
         return self._grammars[key]
@@ -224,7 +213,7 @@ class LlamaCppEngine:
         """Tokenize without BOS; ``special`` only for our own ChatML scaffolding, never for user text."""
         if not text:
             return []
-        return self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=special)
+        return self._llm.tokenize(text.encode("utf-8"), special=special)
 
     def _token_text(self, token: int) -> str:
         return self._llm.detokenize([token], special=True).decode("utf-8", errors="ignore") if token >= 0 else ""
@@ -327,23 +316,23 @@ class _Runner:
 
     def _current_log_probs(self) -> np.ndarray:
         """Log-probs of the next token after the last evaluated position."""
-        return self._log_softmax(llama_cpp.llama_get_logits_ith(self.llm.ctx, -1))
+        return self._log_softmax(self.llm.logits(-1))
 
     def _goto(self, sequence: list[int]) -> None:
         """Make the context hold exactly ``sequence`` with fresh logits for its last token.
 
         Only the part after the longest prefix already in the KV cache is evaluated.
         """
-        cached = self.llm._input_ids
+        cached = self.llm.tokens
         common = 0
         limit = min(len(cached), len(sequence) - 1)
         while common < limit and cached[common] == sequence[common]:
             common += 1
-        self.llm.n_tokens = common
-        self.llm.eval(sequence[common:])
+        self.llm.truncate(common)
+        self.llm.evaluate(sequence[common:])
 
     def _is_eog(self, token: int) -> bool:
-        return bool(llama_cpp.llama_vocab_is_eog(self.engine._vocab, token))
+        return self.llm.is_eog(token)
 
     def _decode(self, tokens: list[int]) -> str:
         return self.llm.detokenize(tokens).decode("utf-8", errors="ignore")
@@ -354,18 +343,12 @@ class _Runner:
     def _eval_with_all_logits(self, tokens: list[int]) -> list[np.ndarray]:
         """Evaluate ``tokens`` in one decode and return next-token log-probs after each of them.
 
-        ``Llama.eval`` keeps only the last position's logits (the engine runs with ``logits_all=False`` to avoid a
-        n_ctx x n_vocab buffer), so scoring a multi-token header would cost one decode per token; asking llama.cpp
-        for every position's logits in a single small batch makes it one decode per header.
+        Plain evaluation keeps only the last position's logits (no n_ctx x n_vocab buffer), so scoring a
+        multi-token header would cost one decode per token; asking llama.cpp for every position's logits in one
+        small batch makes it one decode per header.
         """
-        llm = self.llm
-        start = llm.n_tokens
-        llm._ctx.kv_cache_seq_rm(-1, start, -1)
-        llm._batch.set_batch(batch=tokens, n_past=start, logits_all=True)
-        llm._ctx.decode(llm._batch)
-        llm.input_ids[start : start + len(tokens)] = tokens
-        llm.n_tokens = start + len(tokens)
-        return [self._log_softmax(llama_cpp.llama_get_logits_ith(llm.ctx, i)) for i in range(len(tokens))]
+        self.llm.evaluate(tokens, all_logits=True)
+        return [self._log_softmax(self.llm.logits(i)) for i in range(len(tokens))]
 
     def _choose(self, options: list[list[int]], free_text: bool = False) -> int | None:
         """Pick one of several fixed token sequences, scored by the model, and append it to the output.
@@ -386,7 +369,7 @@ class _Runner:
         for option in options:
             rows = [first]
             if len(option) > 1:
-                self.llm.n_tokens = len(base)
+                self.llm.truncate(len(base))
                 rows += self._eval_with_all_logits(option[:-1])
             scores.append([min(float(row[token]), 0.0) for row, token in zip(rows, option, strict=True)])
         totals = [sum(s) for s in scores]
@@ -426,23 +409,15 @@ class _Runner:
     def _stream(self, grammar: str | None) -> Any:
         """Sample tokens continuing the sequence, yielding each after recording it, until the budget is spent.
 
-        Each call builds a fresh sampler (fresh grammar state) seeded from the request seed; llama-cpp-python
-        reuses the KV cache for the shared prefix, so only new tokens are evaluated.
+        Each call builds a fresh sampler (fresh grammar state) seeded from the request seed; only the part of the
+        sequence the KV cache does not hold yet is evaluated.
         """
         if self._room() <= 0:
             self.gen.truncated = True
             return
-        self.llm.set_seed(self._next_seed())
-        generator = self.llm.generate(
-            self.prompt_ids + self.gen.token_ids,
-            temp=self.sampling["temp"],
-            top_p=self.sampling["top_p"],
-            top_k=0,
-            min_p=0.0,
-            typical_p=1.0,
-            repeat_penalty=1.0,
-            grammar=LlamaGrammar.from_string(grammar, verbose=False) if grammar else None,
-        )
+        seed = self._next_seed()
+        self._goto(self.prompt_ids + self.gen.token_ids)
+        generator = self.llm.sample(self.sampling["temp"], self.sampling["top_p"], seed, grammar)
         try:
             for token in generator:
                 self._append(token, float(self._current_log_probs()[token]))
@@ -536,7 +511,7 @@ class _Runner:
             name = late_call
         else:
             name = headers[pick][len(CALL_PREFIX) : -len(CALL_SUFFIX)]
-        eog = [self.llm.token_eos()]
+        eog = [self.llm.eos]
         follow_ups = [eog] + [tokens(f"\n{t.header}", special=False) for t in tools]
         calls: list[tuple[str, str]] = []
         seen: set[tuple[str, str]] = set()

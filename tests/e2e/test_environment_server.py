@@ -56,7 +56,7 @@ def outputs(row: dict[str, Any]) -> list[Any]:
 
 @pytest.mark.model
 def test_eval_run_through_the_environment_server_gives_the_direct_paths_files_and_rewards(workdir: Path) -> None:
-    pytest.importorskip("llama_cpp")
+    pytest.importorskip("xllamacpp")
     direct = workdir / "direct" / "rollouts.jsonl"
     episode = workdir / "episode" / "rollouts.jsonl"
     done = eval_run(workdir, direct, "--resources-server", "example_single_tool_call")

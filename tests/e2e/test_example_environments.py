@@ -144,7 +144,7 @@ def _wait_for_instances(head_port: int, launcher: subprocess.Popen) -> list[dict
 @pytest.mark.model
 def test_embedded_model_rollout_is_well_formed(workdir):
     """No model configured at all: the embedded SmolLM2 model is the policy, and it can call the weather tool."""
-    pytest.importorskip("llama_cpp")
+    pytest.importorskip("xllamacpp")
     resources_server = "example_single_tool_call"
     config = INSTALL_DIR / "resources_servers" / resources_server / "configs" / f"{resources_server}.yaml"
     with running_servers(

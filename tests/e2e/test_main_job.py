@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.model, pytest.mark.timeout(420)]
 
 def test_gym_eval_run_with_the_embedded_model_scores_rollouts_and_names_its_outputs(workdir: Path) -> None:
     """As `make demo` runs it: every example row, the demo's temperature, the real SmolLM2 as the policy."""
-    pytest.importorskip("llama_cpp")
+    pytest.importorskip("xllamacpp")
     output = workdir / "results" / "demo" / "weather_rollouts.jsonl"
     examples = REPO / "resources_servers" / ENVIRONMENT / "data" / "example.jsonl"
     argv = [

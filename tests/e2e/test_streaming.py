@@ -177,7 +177,7 @@ def test_embedded_model_streams_as_it_generates_and_equals_the_non_streaming_ans
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     """Same seed, same answer: text arrives in several deltas (as the engine makes it); tool calls too."""
-    pytest.importorskip("llama_cpp")
+    pytest.importorskip("xllamacpp")
     for client in _client(tmp_path_factory.mktemp("embedded"), "llamacpp_model"):
         assert len(list(client.models.list())) == 1
         ask = {
