@@ -33,18 +33,18 @@ class UnpackedWheel:
 
     @property
     def version(self) -> str:
-        return _metadata_field(self.dist_info / "METADATA", "Version") or self.dist_info.name.split("-", 1)[1][:-10]
+        return metadata_field(self.dist_info / "METADATA", "Version") or self.dist_info.name.split("-", 1)[1][:-10]
 
     @property
     def requires_python(self) -> str | None:
         """The lowest Python of its ``Requires-Python: >=X`` (``3.13.14``), or None."""
-        spec = _metadata_field(self.dist_info / "METADATA", "Requires-Python") or ""
+        spec = metadata_field(self.dist_info / "METADATA", "Requires-Python") or ""
         match = re.search(r">=\s*([\d.]+)", spec)
         return match.group(1) if match else None
 
     @property
     def tag(self) -> str:
-        return _metadata_field(self.dist_info / "WHEEL", "Tag") or "py3-none-any"
+        return metadata_field(self.dist_info / "WHEEL", "Tag") or "py3-none-any"
 
     def pack(self, cache_dir: Path) -> Path:
         """The wheel again, from the files its RECORD lists: ``<cache_dir>/wheels/<key>/<name>-<version>-<tag>.whl``.
@@ -89,7 +89,7 @@ def find_unpacked_wheel(directory: Path) -> UnpackedWheel | None:
     return UnpackedWheel(directory, found[-1]) if found else None
 
 
-def _metadata_field(path: Path, field: str) -> str | None:
+def metadata_field(path: Path, field: str) -> str | None:
     """A ``Field: value`` header of a METADATA or WHEEL file, read as the email-style headers they are (a ``License``
     may run over many continuation lines, some of them only whitespace)."""
     try:
@@ -100,4 +100,4 @@ def _metadata_field(path: Path, field: str) -> str | None:
     return str(value).strip() if value is not None else None
 
 
-__all__ = ["UnpackedWheel", "find_unpacked_wheel"]
+__all__ = ["UnpackedWheel", "find_unpacked_wheel", "metadata_field"]

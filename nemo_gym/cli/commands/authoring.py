@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from nemo_gym import INSTALL_DIR
-from nemo_gym.cli.command import Command, Invocation
+from nemo_gym.cli.command import Command, Invocation, Positional
 from nemo_gym.cli.flags import Flag
 from nemo_gym.cli.output import console, print_warning
 from nemo_gym.errors import ConfigError
@@ -71,6 +71,31 @@ def init(invocation: Invocation) -> int:
         f"--input {target.relative_to(Path.cwd())}/data/example.jsonl --output results/{name}.jsonl",
         markup=False,
     )
+    return 0
+
+
+def add(invocation: Invocation) -> int:
+    """Copy one environment of a NeMo Gym release (its entry and the server folders we do not ship) into cwd."""
+    from nemo_gym.authoring.release_import import copy_environment, fetch_release, plan_environment_import
+
+    name, version = invocation.get("name"), invocation.get("from_nemo_gym")
+    if not version:
+        raise ConfigError(f"say where {name} comes from: gym env add {name} --from-nemo-gym VERSION (e.g. 0.7.0)")
+    workspace = Path.cwd()
+    release = fetch_release(version, say=lambda line: console.print(line, markup=False))
+    plan = plan_environment_import(release, name, INSTALL_DIR)
+    written = copy_environment(plan, workspace, overwrite=bool(invocation.get("overwrite")))
+    console.print(f"Added NeMo Gym {release.version}'s environment {name} to {workspace}:", markup=False)
+    for path in written:
+        console.print(f"  copied   {path.relative_to(workspace)}", markup=False)
+    for folder in plan.ours:
+        console.print(f"  ours     {folder} (shipped with this install, not copied)", markup=False)
+    console.print(f"Licence: {plan.licence_name} (NVIDIA NeMo Gym {release.version}"
+                  + (f"; its text is in environments/{name}/NEMO_GYM_LICENSE)" if plan.licence else ")"),
+                  markup=False)  # fmt: skip
+    data = sorted((workspace / "environments" / name / "data").glob("example*.jsonl"))
+    example = f" --input {data[0].relative_to(workspace)}" if data else ""
+    console.print(f"  next: gym eval run --environment {name}{example} --output results/{name}.jsonl", markup=False)
     return 0
 
 
@@ -225,6 +250,16 @@ COMMANDS = (
         ),
         examples=("example: gym env init --resources-server my_env",
                   "example: gym env init --environment-server my_episode"),
+    ),
+    Command(
+        "env", "add", "copy an environment of a NeMo Gym release (from its PyPI wheel) into this directory", add,
+        (
+            Flag(("--from-nemo-gym",), "the NeMo Gym release to take it from (a version, e.g. 0.7.0)",
+                 metavar="VERSION"),
+            Flag(("--overwrite",), "replace folders of the same name already in this directory", switch=True),
+        ),
+        positionals=(Positional("name", "the environment's name (environments/NAME/ in that release)"),),
+        examples=("example: gym env add wordle --from-nemo-gym 0.7.0",),
     ),
     Command(
         "env", "test", "run a server's tests in its own venv (all servers, with data checks, when none is named)",
