@@ -11,6 +11,7 @@ asked; the release's licence goes along with what was copied.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -114,11 +115,32 @@ def plan_environment_import(release: UnpackedWheel, name: str, ours: Path) -> Im
         else:
             raise ConfigError(f"NeMo Gym {release.version}'s {config_path.name} for {name} names {folder}/, "
                               "which neither the release nor our install has")  # fmt: skip
+    _add_imported_folders(plan, ours)
     licences = sorted(release.dist_info.glob("licenses/*")) + sorted(release.dist_info.glob("LICEN[CS]E*"))
     plan.licence = licences[0] if licences else None
     metadata = release.dist_info / "METADATA"
     plan.licence_name = metadata_field(metadata, "License-Expression") or _short(metadata_field(metadata, "License"))
     return plan
+
+
+_FOLDER_IMPORT = re.compile(rf"^\s*(?:from|import)\s+({'|'.join(SERVER_KINDS)})\.(\w+)", re.MULTILINE)
+
+
+def _add_imported_folders(plan: ImportPlan, ours: Path) -> None:
+    """Server folders that copied code imports as packages (``from resources_servers.gymnasium import ...``: a
+    shared base many of NeMo Gym's game servers build on) come along too, transitively, unless we ship them."""
+    queue = list(plan.copies)
+    while queue:
+        for source in sorted((plan.release.root / queue.pop()).rglob("*.py")):
+            for kind, package in _FOLDER_IMPORT.findall(source.read_text(encoding="utf-8", errors="replace")):
+                folder = f"{kind}/{package}"
+                if folder in plan.copies or folder in plan.ours or not (plan.release.root / folder).is_dir():
+                    continue
+                if (ours / folder).is_dir():
+                    plan.ours.append(folder)
+                else:
+                    plan.copies.append(folder)
+                    queue.append(folder)
 
 
 def _short(licence: str | None) -> str:
