@@ -49,7 +49,11 @@ def releases(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     write(dist_info / "licenses" / "LICENSE", "Apache License, Version 2.0 (the text)\n")
     write(root / "environments" / "dice" / "config.yaml", ENVIRONMENT)
     write(root / "environments" / "dice" / "data" / "example.jsonl", '{"responses_create_params": {"input": "x"}}\n')
-    write(root / "resources_servers" / "dice" / "app.py", "# the release's server\n")
+    write(
+        root / "resources_servers" / "dice" / "app.py",
+        "# the release's server\nfrom resources_servers.dicebase import Base\n",
+    )
+    write(root / "resources_servers" / "dicebase" / "__init__.py", "from resources_servers.dice import unused\n")
     write(root / "resources_servers" / "dice" / "__pycache__" / "app.cpython-313.pyc", "compiled")
     write(root / "responses_api_agents" / "simple_agent" / "app.py", "# theirs, not copied: we ship simple_agent\n")
     monkeypatch.setenv("NEMO_GYM_RELEASES_CACHE", str(cache))
@@ -59,12 +63,13 @@ def releases(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_the_entry_and_the_servers_we_do_not_ship_are_copied_with_the_licence(releases: Path, tmp_path: Path) -> None:
     release = fetch_release(VERSION, releases)
     plan = plan_environment_import(release, "dice", INSTALL_DIR)
-    assert plan.copies == ["environments/dice", "resources_servers/dice"]
+    assert plan.copies == ["environments/dice", "resources_servers/dice", "resources_servers/dicebase"]
     assert plan.ours == ["responses_api_agents/simple_agent", "environment_servers/legacy_agent"]
     assert plan.licence_name == "Apache-2.0"
     workspace = tmp_path / "workspace"
     copy_environment(plan, workspace)
-    assert (workspace / "resources_servers" / "dice" / "app.py").read_text() == "# the release's server\n"
+    assert (workspace / "resources_servers" / "dice" / "app.py").read_text().startswith("# the release's server\n")
+    assert (workspace / "resources_servers" / "dicebase" / "__init__.py").is_file()  # imported by dice: it comes too
     assert not (workspace / "resources_servers" / "dice" / "__pycache__").exists()
     assert not (workspace / "responses_api_agents").exists()
     assert "Apache License" in (workspace / "environments" / "dice" / LICENCE_COPY_NAME).read_text()
@@ -78,7 +83,7 @@ def test_nothing_in_the_workspace_is_replaced_without_overwrite(releases: Path, 
         copy_environment(plan, workspace)
     assert mine.read_text() == "# my own edits\n"
     copy_environment(plan, workspace, overwrite=True)
-    assert mine.read_text() == "# the release's server\n"
+    assert mine.read_text().startswith("# the release's server\n")
 
 
 def test_an_unknown_environment_lists_the_releases_environments(releases: Path) -> None:
