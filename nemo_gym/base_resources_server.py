@@ -90,6 +90,19 @@ class BaseResourcesServerConfig(BaseRunServerInstanceConfig):
     expose_tools_over_mcp: bool = False
     """Also serve the tool routes over MCP at ``/mcp``, one rollout session per token (:mod:`nemo_gym.mcp_exposure`)."""
 
+    allowed_agents: list[str] | None = None
+    """The agent types (agent folder names) that score this environment correctly; None accepts any. An agent of
+    another type bound to it is refused when the config is composed (NeMo Gym 0.7; ``allow_unsupported_pairing``)."""
+
+    allowed_model_types: list[str] | None = None
+    """Likewise for the model server types (``vllm_model``, ...) its agents may use as the policy."""
+
+    @field_validator("allowed_agents", "allowed_model_types", mode="before")
+    @classmethod
+    def _one_name_is_a_list(cls, value: Any) -> Any:
+        """``++...allowed_agents=simple_agent`` on the command line arrives as one string."""
+        return [value] if isinstance(value, str) else value
+
 
 class BaseSeedSessionRequest(BaseModel):
     """The task row, as sent by the agent before the first model call; subclasses declare the fields they need."""

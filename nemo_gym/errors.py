@@ -37,6 +37,7 @@ __all__ = [
     "TokenDriftError",
     "TrainingError",
     "TransportError",
+    "UnsupportedPairingError",
     "UserError",
 ]
 
@@ -78,6 +79,11 @@ class ConfigMissingValuesError(ConfigError, ValueError):
 
 class ServerRefNotFoundError(ConfigError, ValueError):
     """A server cross-reference points to an instance that is not defined in the merged config."""
+
+
+class UnsupportedPairingError(ConfigError, ValueError):
+    """An agent or policy model is bound to a resources server whose ``allowed_agents`` / ``allowed_model_types``
+    leave it out."""
 
 
 class InheritPathNotFoundError(ConfigError, ValueError):

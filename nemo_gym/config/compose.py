@@ -35,6 +35,7 @@ from nemo_gym.config.roots import find_path
 from nemo_gym.config.secrets import env_yaml_secrets, mask_value
 from nemo_gym.config.server_models import ServerInstanceConfig
 from nemo_gym.config.servers import (
+    check_pairings,
     check_server_refs,
     find_server_instances,
     raise_for_almost_servers,
@@ -146,6 +147,7 @@ def compose(options: ComposeOptions) -> ComposedConfig:
     if almost and strict:
         raise_for_almost_servers(almost)
     check_server_refs(instances)
+    check_pairings(instances, allow_unsupported=bool(resolved.get("allow_unsupported_pairing")))
     if options.require_server_instances and not instances:
         raise NoServerInstancesError(
             "the config defines no server instances to start. Pass a config with --config PATH, "

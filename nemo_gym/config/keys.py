@@ -19,6 +19,8 @@ RESERVED_TOP_LEVEL_KEYS = frozenset(
         # NeMo Gym 0.7's routing of rows to environment servers
         "environment_server_name", "environment_server_routes", "environment_routing_mode",
         "error_on_agent_without_environment_server",
+        # NeMo Gym 0.7: run an agent or model a resources server's allowed_agents / allowed_model_types leave out
+        "allow_unsupported_pairing",
     }
 )  # fmt: skip
 """Top-level keys that are settings of the framework itself, never server instances."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +20,7 @@ from nemo_gym.config.server_models import (
     is_server_ref,
     maybe_get_server_instance_config,
 )
-from nemo_gym.errors import AlmostServerError, ServerRefNotFoundError
+from nemo_gym.errors import AlmostServerError, ServerRefNotFoundError, UnsupportedPairingError
 
 
 @dataclass
@@ -103,3 +104,49 @@ def check_server_refs(instances: list[ServerInstanceConfig]) -> None:
             problems.append(f"{location} refers to {ref.type} {ref.name!r}, which is not defined. {hint}")
     if problems:
         raise ServerRefNotFoundError("; ".join(problems))
+
+
+ALLOW_UNSUPPORTED_PAIRING_ENV_VAR = "NEMO_GYM_ALLOW_UNSUPPORTED_PAIRING"
+
+
+def check_pairings(instances: list[ServerInstanceConfig], allow_unsupported: bool = False) -> None:
+    """An agent bound to a resources server that declares ``allowed_agents`` must be of one of those types, and its
+    policy model of one of the ``allowed_model_types``: the environment's author knows which harnesses score it
+    correctly (NeMo Gym 0.7). ``allow_unsupported_pairing`` (or the environment variable) lifts the check."""
+    if allow_unsupported or os.environ.get(ALLOW_UNSUPPORTED_PAIRING_ENV_VAR, "").lower() in {"1", "true", "yes"}:
+        return
+    by_name = {instance.name: instance for instance in instances}
+    problems = []
+    for agent in instances:
+        if agent.SERVER_TYPE != "responses_api_agents":
+            continue
+        inner = agent.get_inner_run_server_config_dict()
+        resources = by_name.get(_ref_name(inner.get("resources_server")) or "")
+        if resources is None or resources.SERVER_TYPE != "resources_servers":
+            continue
+        declared = resources.get_inner_run_server_config_dict()
+        allowed_agents = _names(declared.get("allowed_agents"))
+        if allowed_agents is not None and agent.implementation not in allowed_agents:
+            problems.append(f"{agent.name} runs {agent.implementation}, but {resources.name} accepts only "
+                            f"{', '.join(allowed_agents)}")  # fmt: skip
+        model = by_name.get(_ref_name(inner.get("model_server")) or "")
+        allowed_models = _names(declared.get("allowed_model_types"))
+        if model is not None and allowed_models is not None and model.implementation not in allowed_models:
+            problems.append(f"{agent.name}'s policy is {model.implementation}, but {resources.name} accepts only "
+                            f"{', '.join(allowed_models)}")  # fmt: skip
+    if problems:
+        raise UnsupportedPairingError(
+            "; ".join(problems) + ". Use an accepted agent or model, or pass ++allow_unsupported_pairing=true "
+            f"(or set {ALLOW_UNSUPPORTED_PAIRING_ENV_VAR}=1) to run it anyway"
+        )
+
+
+def _ref_name(value: Any) -> str | None:
+    ref = is_server_ref(value)
+    return ref.name if ref is not None else None
+
+
+def _names(value: Any) -> list[str] | None:
+    if not value:
+        return None
+    return [value] if isinstance(value, str) else [str(name) for name in value]

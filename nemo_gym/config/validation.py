@@ -79,6 +79,7 @@ class _Settings(BaseModel):
     dry_run: bool | None = None
     skip_venv_if_present: bool | None = None
     error_on_almost_servers: bool | None = None
+    allow_unsupported_pairing: bool | None = None
     use_absolute_ip: bool | None = None
     shared_venv: bool | None = None
     skip_verification: bool | None = None
