@@ -443,6 +443,17 @@ class SimpleServer(BaseServer):
             app.add_middleware(SessionCookieMiddleware, cookie_name=self.session_cookie_name)
             app.state.has_session_middleware = True
 
+    LIVENESS_PATHS: ClassVar[tuple[str, ...]] = ("/", "/livez", "/readyz", "/healthz", "/health")
+
+    def setup_liveness(self, app: FastAPI) -> None:
+        """``GET /`` (what the launcher probes) and NeMo Gym 0.7's other liveness paths, where the app has none: a
+        subclass that builds its own ``FastAPI()`` instead of extending ``super().setup_webserver()`` (NeMo Gym's
+        ``GymnasiumServer`` does) would otherwise never be seen as started."""
+        taken = {route.path for route in app.routes if "GET" in (getattr(route, "methods", None) or ())}
+        for path in self.LIVENESS_PATHS:
+            if path not in taken:
+                app.get(path, include_in_schema=False)(self._health)
+
     async def _health(self) -> dict[str, str]:
         return {"status": "ok"}
 
@@ -474,6 +485,7 @@ class SimpleServer(BaseServer):
             os.environ.pop(_RAY_ADDRESS_ENV_VAR, None)
         server = cls(config=config, server_client=ServerClient.load_from_global_config())
         app = server.setup_webserver()
+        server.setup_liveness(app)
         if not global_config.get(access.RUN_TOKEN_KEY):
             logger.warning("%s: no run token in its config (auth: false, or started by hand): it answers anyone", name)
         if global_config.get("dry_run"):

@@ -204,3 +204,25 @@ def test_the_rows_an_agent_forwards_are_the_bytes_the_model_dumps_to() -> None:
 
     rows = [{"_ng_task_index": 0, "reward": float("nan"), "nested": {"a": [1, None, "x"]}, "flag": True}]
     assert dumps({"verify_responses": rows}) == dumps(AggregateMetricsRequest(verify_responses=rows))
+
+
+def test_a_server_that_builds_its_own_app_still_answers_the_launchers_liveness_probe() -> None:
+    """NeMo Gym's GymnasiumServer builds a bare ``FastAPI()`` in setup_webserver; the launcher probes ``GET /``."""
+
+    class OwnApp(SimpleResourcesServer):
+        def setup_webserver(self) -> FastAPI:
+            app = FastAPI()
+            app.post("/step")(self.verify)
+            return app
+
+        async def verify(self, body: BaseVerifyRequest) -> BaseVerifyResponse:
+            return BaseVerifyResponse(**body.model_dump(), reward=1.0)
+
+    server = OwnApp(config=BaseResourcesServerConfig(**_SERVER), server_client=MagicMock(spec=ServerClient))
+    app = server.setup_webserver()
+    server.setup_liveness(app)
+    server.setup_liveness(app)  # idempotent: no route added twice
+    client = TestClient(app)
+    for path in ("/", "/health", "/livez"):
+        assert client.get(path).json() == {"status": "ok"}, path
+    assert sum(getattr(route, "path", None) == "/" for route in app.routes) == 1
