@@ -21,6 +21,7 @@ RESERVED_TOP_LEVEL_KEYS = frozenset(
         "error_on_agent_without_environment_server",
         # NeMo Gym 0.7: run an agent or model a resources server's allowed_agents / allowed_model_types leave out
         "allow_unsupported_pairing",
+        "server_call_timeout_seconds",
     }
 )  # fmt: skip
 """Top-level keys that are settings of the framework itself, never server instances."""

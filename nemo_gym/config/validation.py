@@ -85,6 +85,7 @@ class _Settings(BaseModel):
     skip_verification: bool | None = None
     skip_verification_reward: float | None = None
     server_startup_timeout_seconds: float | None = Field(default=None, gt=0)
+    server_call_timeout_seconds: float | None = Field(default=None, gt=0)
     global_aiohttp_connector_limit: int | None = Field(default=None, ge=1)
     global_aiohttp_connector_limit_per_host: int | None = Field(default=None, ge=1)
     server_max_active_requests: int | None = Field(default=None, ge=0)

@@ -42,6 +42,9 @@ CONNECTOR_LIMIT_KEY = "global_aiohttp_connector_limit"
 """Global config key (the reference implementation's name): open connections per server process, all destinations."""
 CONNECTOR_LIMIT_PER_HOST_KEY = "global_aiohttp_connector_limit_per_host"
 """Global config key (the reference implementation's name): open connections per server process and destination."""
+SERVER_CALL_TIMEOUT_KEY = "server_call_timeout_seconds"
+"""Deadline of one call from a server to another (``total_timeout_s``; 600 s by default): an agent's ``/run`` under an
+environment server lasts a whole rollout, which a small CPU running a local model can stretch past ten minutes."""
 MAX_ACTIVE_REQUESTS_KEY = "max_active_requests"
 """Requests from outside the server mesh one server handles at once; the rest wait in arrival order. Set it in a
 server instance's block for that server, or as ``server_max_active_requests`` at the top level for every server;
@@ -91,9 +94,12 @@ def http_protocol() -> Any:
 
 
 def configure_transport(global_config: Any) -> None:
-    """Apply the config's connection-pool sizes to this process's outgoing calls (see ``TransportConfig``)."""
+    """Apply the config's connection-pool sizes and call deadline to this process's outgoing calls (see
+    ``TransportConfig``)."""
     updates = {}
-    for key, field in ((CONNECTOR_LIMIT_KEY, "limit"), (CONNECTOR_LIMIT_PER_HOST_KEY, "limit_per_host")):
+    fields = ((CONNECTOR_LIMIT_KEY, "limit"), (CONNECTOR_LIMIT_PER_HOST_KEY, "limit_per_host"),
+              (SERVER_CALL_TIMEOUT_KEY, "total_timeout_s"))  # fmt: skip
+    for key, field in fields:
         value = global_config.get(key)
         if value is not None:
             updates[field] = value
@@ -106,7 +112,7 @@ def configure_transport(global_config: Any) -> None:
         )
     except ValidationError as e:
         problems = "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors())
-        raise ConfigError(f"invalid connection-pool size in the config ({problems})") from e
+        raise ConfigError(f"invalid connection setting in the config ({problems})") from e
 
 
 def max_active_requests(global_config: Any, instance_config: Any = None) -> int | None:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.e2e, pytest.mark.model, pytest.mark.slow, pytest.mark.timeout(2000)]
+pytestmark = [pytest.mark.e2e, pytest.mark.model, pytest.mark.slow, pytest.mark.timeout(2400)]
 
 RELEASE = "0.7.0"
 ENVIRONMENT = "abstention"
@@ -63,12 +63,15 @@ def test_a_nemo_gym_07_environment_is_added_from_the_registry_and_scored_with_th
             "32",
             # the release names a judge model server of its own (genrm_model): here the embedded model judges too
             "++abstention.resources_servers.abstention.judge_model_server.name=policy_model",
+            # the whole rollout is one call from the environment server to the agent: on a busy 2-core machine it can
+            # outlast the default 600 s deadline of a call between servers
+            "+server_call_timeout_seconds=1500",
             "+shared_venv=true",
             "+head_server={port: 0}",
             f"+cache_dir={tmp_path / 'cache'}",
         ],  # fmt: skip
         workspace,
-        timeout=1200,
+        timeout=1700,
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     rows = [json.loads(line) for line in output.read_text().splitlines()]

@@ -322,6 +322,13 @@ def test_pool_sizes_come_from_the_config(restore_transport_defaults: Any) -> Non
         runtime.configure_transport({"global_aiohttp_connector_limit_per_host": 0})
 
 
+def test_the_call_deadline_comes_from_the_config(restore_transport_defaults: Any) -> None:
+    runtime.configure_transport({"server_call_timeout_seconds": 3000})
+    assert http_client.get_default_config().total_timeout_s == 3000
+    with pytest.raises(ConfigError, match="total_timeout_s"):
+        runtime.configure_transport({"server_call_timeout_seconds": -1})
+
+
 def test_no_pool_keys_leave_the_defaults(restore_transport_defaults: Any) -> None:
     before = http_client.get_default_config()
     runtime.configure_transport({})
