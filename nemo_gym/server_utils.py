@@ -449,7 +449,9 @@ class SimpleServer(BaseServer):
         """``GET /`` (what the launcher probes) and NeMo Gym 0.7's other liveness paths, where the app has none: a
         subclass that builds its own ``FastAPI()`` instead of extending ``super().setup_webserver()`` (NeMo Gym's
         ``GymnasiumServer`` does) would otherwise never be seen as started."""
-        taken = {route.path for route in app.routes if "GET" in (getattr(route, "methods", None) or ())}
+        taken = {
+            getattr(route, "path", None) for route in app.routes if "GET" in (getattr(route, "methods", None) or ())
+        }
         for path in self.LIVENESS_PATHS:
             if path not in taken:
                 app.get(path, include_in_schema=False)(self._health)
