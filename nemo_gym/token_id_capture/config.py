@@ -169,18 +169,19 @@ class TokenIdCaptureConfig(BaseModel):
 def _construct(target: str, kwargs: dict[str, Any], protocol: type, what: str) -> Any:
     """Import ``module:Class``, build it with ``kwargs`` and check it has every method of ``protocol``."""
     module_name, colon, class_name = target.partition(":")
-    if not colon or not module_name or not class_name:
+    if not all((module_name, colon, class_name)):
         raise ValueError(f"token_id_capture.{what} must be 'module.path:ClassName', not {target!r}")
+    # One try for both steps; ``step`` says which one failed and which errors that step turns into a ValueError.
+    step: tuple[str, tuple[type[Exception], ...]] = ("cannot be imported", (ImportError, AttributeError))
     try:
         factory = getattr(import_module(module_name), class_name)
-    except (ImportError, AttributeError) as error:
-        raise ValueError(f"token_id_capture.{what} {target!r} cannot be imported: {error}") from error
-    try:
+        step = (f"rejects {what}_kwargs {sorted(kwargs)}", (TypeError,))
         built = factory(**kwargs)
-    except TypeError as error:
-        raise ValueError(
-            f"token_id_capture.{what} {target!r} rejects {what}_kwargs {sorted(kwargs)}: {error}"
-        ) from error
+    except (ImportError, AttributeError, TypeError) as error:
+        complaint, converted = step
+        if not isinstance(error, converted):
+            raise
+        raise ValueError(f"token_id_capture.{what} {target!r} {complaint}: {error}") from error
     lacking = sorted(
         name for name in getattr(protocol, "__protocol_attrs__", ()) if not callable(getattr(built, name, None))
     )

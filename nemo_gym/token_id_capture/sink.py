@@ -229,20 +229,20 @@ async def capture_tokens(response: Any, request_messages: list[Any] | None = Non
         items, token_item_index = strip_token_fields(response_to_output_items(payload))
         if context.parent_resolution is None and request_messages is not None:
             await resolve_parent(request_messages)
+        # The served payload's own id is recorded as is (never minted), so it matches what the client saw.
+        served_id = str(payload.get("id") or "") or None
+        columns = {name: tokens[name] for name in _ENTRY_TOKEN_COLUMNS}
         entry = TokenEntry(
-            rollout_id=context.rollout_id,
-            model_call_id=context.model_call_id,
-            model=context.model or str(payload.get("model") or ""),
-            prompt_token_ids=tokens["prompt_token_ids"],
-            generation_token_ids=tokens["generation_token_ids"],
-            generation_log_probs=tokens["generation_log_probs"],
-            routed_experts=tokens["routed_experts"],
+            **columns,
             output_items=items,
             token_item_index=token_item_index,
-            response_id=str(payload.get("id") or "") or None,
-            created_at=time.time(),
-            prefix_requested=context.prefix_requested,
+            model=context.model or str(payload.get("model") or ""),
+            response_id=served_id,
+            rollout_id=context.rollout_id,
+            model_call_id=context.model_call_id,
             prefix_supplied=context.prefix_supplied,
+            prefix_requested=context.prefix_requested,
+            created_at=time.time(),
         )
         if request_messages is not None:
             stamp_continuation(entry, list(request_messages))
@@ -250,6 +250,9 @@ async def capture_tokens(response: Any, request_messages: list[Any] | None = Non
         await _failed(context, "build")
         return
     await commit_entry(entry, parent_resolution=context.parent_resolution)
+
+
+_ENTRY_TOKEN_COLUMNS = ("prompt_token_ids", "generation_token_ids", "generation_log_probs", "routed_experts")
 
 
 async def commit_entry(entry: TokenEntry, *, parent_resolution: LineageResolution | None = None) -> None:
@@ -299,13 +302,8 @@ async def commit_entry(entry: TokenEntry, *, parent_resolution: LineageResolutio
 
 async def _failed(context: CaptureContext, stage: str) -> None:
     _health["capture_failures"] += 1
-    logger.warning(
-        "training-token capture could not %s the record of call %s (rollout %s)",
-        stage,
-        context.model_call_id,
-        context.rollout_id,
-        exc_info=True,
-    )
+    where = f"call {context.model_call_id} (rollout {context.rollout_id})"
+    logger.warning("training-token capture could not %s the record of %s", stage, where, exc_info=True)
     await _mark_incomplete(context)
 
 

@@ -83,12 +83,14 @@ class TokenCaptureStore:
     @contextmanager
     def locked(self, rollout_id: str, *, shared: bool = False) -> Iterator[None]:
         """Hold the rollout's lock (shared for readers); every file of the rollout is read or written under it."""
-        with self.lock_path_for(rollout_id).open("a+b") as handle:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
+        with self.lock_path_for(rollout_id).open("a+b") as lock_file:
+            descriptor = lock_file.fileno()
+            fcntl.flock(descriptor, mode)
             try:
                 yield
             finally:
-                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+                fcntl.flock(descriptor, fcntl.LOCK_UN)
 
     # -- state ----------------------------------------------------------------------------------------------------
 

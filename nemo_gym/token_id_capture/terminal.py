@@ -30,6 +30,7 @@ class TerminalAttribution:
 
     @property
     def attributed(self) -> bool:
+        """Whether some call was named."""
         return self.model_call_id is not None
 
 
@@ -140,13 +141,21 @@ def resolve_terminal(
             witnesses.append(("content", content))
     else:
         trail.append("no_response_object")
-    if not witnesses:
+    return _verdict(witnesses, trail)
+
+
+def _verdict(witnesses: list[tuple[str, Any]], trail: list[str]) -> TerminalAttribution:
+    """The first witness names the call when all witnesses agree; none, or a disagreement, names nothing.
+
+    The trail is returned in every case, so an abstaining witness stays visible even when another one attributed.
+    """
+    agreeing = bool(witnesses) and _single([entry for _, entry in witnesses]) is not None
+    if witnesses and not agreeing:
+        claims = [f"{label}={claimed.model_call_id}" for label, claimed in witnesses]
+        trail.append("witness_disagreement[" + ";".join(claims) + "]")
+    if not agreeing:
         return TerminalAttribution(None, reason=",".join(trail))
-    if _single([entry for _, entry in witnesses]) is None:
-        named_calls = ";".join(f"{method}={entry.model_call_id}" for method, entry in witnesses)
-        trail.append(f"witness_disagreement[{named_calls}]")
-        return TerminalAttribution(None, reason=",".join(trail))
-    method, entry = witnesses[0]
-    if len(witnesses) > 1:
-        trail.append("corroborated_by=" + "+".join(name for name, _ in witnesses[1:]))
-    return TerminalAttribution(entry.model_call_id, method=method, reason=",".join(trail))
+    (lead_label, lead), *others = witnesses
+    if others:
+        trail.append("corroborated_by=" + "+".join(label for label, _ in others))
+    return TerminalAttribution(lead.model_call_id, method=lead_label, reason=",".join(trail))

@@ -32,20 +32,27 @@ def _message_of(choice: dict[str, Any]) -> dict[str, Any]:
 
 def extract_generation_token_info(choice: dict[str, Any]) -> tuple[list[int], list[float]]:
     """Generated ids and log-probs of one choice, from whichever supported place holds them."""
+    pairs = _generated_pairs(choice)
+    # Logprob entries name their token as "token_id:<n>" when vLLM is asked for ids; plain ids pass through.
+    ids = [int(str(token).removeprefix("token_id:")) for token, _ in pairs]
+    return ids, [float(log_prob) for _, log_prob in pairs]
+
+
+def _generated_pairs(choice: dict[str, Any]) -> list[tuple[Any, Any]]:
+    """(token, log-prob) per generated token: the message's two generation fields, else ``logprobs.content``."""
     message = _message_of(choice)
-    if "generation_token_ids" in message and "generation_log_probs" in message:
-        raw_ids, raw_log_probs = message["generation_token_ids"], message["generation_log_probs"]
-    else:
-        entries = (choice.get("logprobs") or {}).get("content")
-        if entries is None:
-            raise ValueError("the choice has neither generation token fields nor logprobs.content")
-        raw_ids = [entry["token"] for entry in entries]
-        raw_log_probs = [entry["logprob"] for entry in entries]
-    ids = [int(str(token).removeprefix("token_id:")) for token in raw_ids]
-    log_probs = [float(value) for value in raw_log_probs]
-    if len(ids) != len(log_probs):
-        raise ValueError(f"{len(ids)} generated ids but {len(log_probs)} log-probs")
-    return ids, log_probs
+    if {"generation_token_ids", "generation_log_probs"} <= message.keys():
+        tokens, log_probs = list(message["generation_token_ids"]), list(message["generation_log_probs"])
+        if len(tokens) != len(log_probs):
+            raise ValueError(f"{len(tokens)} generated ids but {len(log_probs)} log-probs")
+        return list(zip(tokens, log_probs, strict=True))
+    content = (choice.get("logprobs") or {}).get("content")
+    if content is None:
+        raise ValueError("the choice has neither generation token fields nor logprobs.content")
+    return [(entry["token"], entry["logprob"]) for entry in content]
+
+
+_ABSENT = object()
 
 
 class VLLMCaptureAdapter:
@@ -69,15 +76,11 @@ class VLLMCaptureAdapter:
 
     def extract_extras(self, response_payload: dict[str, Any]) -> dict[str, Any] | None:
         """Routed experts (MoE) and media placeholder spans, when present; None when there is nothing."""
-        extras: dict[str, Any] = {}
         experts = _message_of(_only_choice(response_payload)).get(ROUTED_EXPERTS_FIELD)
-        if experts is not None:
-            if not isinstance(experts, (str, dict, list)):
-                raise ValueError("routed_experts must be JSON data")
-            extras[ROUTED_EXPERTS_FIELD] = experts
-        if MEDIA_SPANS_FIELD in response_payload:
-            spans = response_payload[MEDIA_SPANS_FIELD]
-            if not isinstance(spans, list) or not all(isinstance(span, dict) for span in spans):
-                raise ValueError("media_spans must be a list of objects")
-            extras[MEDIA_SPANS_FIELD] = spans
-        return extras or None
+        spans = response_payload.get(MEDIA_SPANS_FIELD, _ABSENT)
+        if experts is not None and not isinstance(experts, (str, dict, list)):
+            raise ValueError("routed_experts must be JSON data")
+        if spans is not _ABSENT and not (isinstance(spans, list) and all(isinstance(span, dict) for span in spans)):
+            raise ValueError("media_spans must be a list of objects")
+        found = {ROUTED_EXPERTS_FIELD: experts, MEDIA_SPANS_FIELD: None if spans is _ABSENT else spans}
+        return {name: value for name, value in found.items() if value is not None} or None

@@ -49,12 +49,14 @@ class ActiveCall:
     completed: bool = field(default=False, init=False)
 
     @property
-    def rollout_id(self) -> str:
-        return self.admission.rollout_id
+    def model_call_id(self) -> str:
+        """Shortcut to the admitted call's id."""
+        return self.admission.model_call_id
 
     @property
-    def model_call_id(self) -> str:
-        return self.admission.model_call_id
+    def rollout_id(self) -> str:
+        """Shortcut to the id of the rollout the call belongs to."""
+        return self.admission.rollout_id
 
 
 class RolloutTokenCapture:
@@ -70,6 +72,7 @@ class RolloutTokenCapture:
 
     @property
     def adapter(self) -> CaptureAdapter | None:
+        """The engine adapter used by ``complete_call_from_response`` (``None`` when not given)."""
         return self._adapter
 
     def begin_call(
@@ -124,44 +127,29 @@ class RolloutTokenCapture:
                 "the staging sink refused call %s of %s: %s", call.model_call_id, call.rollout_id, result.error
             )
             return _failed(call)
-        admission = call.admission
-        return CommitCoords(
-            rollout_id=admission.rollout_id,
-            model_call_id=admission.model_call_id,
-            parent_call_id=admission.parent_call_id,
-            prev_len=admission.prev_len,
-            delta_len=record.delta_len,
-            cum_len=record.cum_len,
-            weight_version=call.weight_version,
-            digest=record.digest,
-            extras_digest=record.extras_digest,
-            staging_key=result.staging_key,
-            chain_hash=record.chain_hash,
-            cumulative_hash=record.cumulative_hash,
-        )
+        staged = record.model_dump(include=_ACKNOWLEDGED_RECORD_FIELDS)
+        return _coords(call, staging_key=result.staging_key, **staged)
 
     def complete_call_from_response(
         self, call: ActiveCall, response_payload: Any, *, attachments: Mapping[str, Any] | None = None
     ) -> CommitCoords:
         """Read ids, log-probs and extras with the adapter, then ``complete_call``; unreadable answers fail the capture."""
-        if self._adapter is None:
+        adapter = self._adapter
+        if adapter is None:
             raise CaptureError("complete_call_from_response needs a CaptureAdapter")
+        material: dict[str, Any] = {}
         try:
-            prompt = self._adapter.extract_prompt_ids(response_payload)
-            generated, log_probs = self._adapter.extract_generation(response_payload)
-            extras = self._adapter.extract_extras(response_payload)
+            material["generated_token_ids"], material["generated_logprobs"] = adapter.extract_generation(
+                response_payload
+            )
+            material["prompt_token_ids"] = adapter.extract_prompt_ids(response_payload)
+            material["extras"] = adapter.extract_extras(response_payload)
         except Exception:
+            # An engine's own exception types surface here; they poison this call, never the completion.
             logger.exception("cannot read the tokens of call %s of rollout %s", call.model_call_id, call.rollout_id)
             self._claim(call)
             return _failed(call)
-        return self.complete_call(
-            call,
-            prompt_token_ids=prompt,
-            generated_token_ids=generated,
-            generated_logprobs=log_probs,
-            extras=extras,
-            attachments=attachments,
-        )
+        return self.complete_call(call, attachments=attachments, **material)
 
     def fail_call(self, call: ActiveCall, *, reason: str) -> CommitCoords:
         """Give up on an admitted call before it was staged."""
@@ -177,22 +165,26 @@ class RolloutTokenCapture:
 
 
 def _resolved_prefix(admission: CaptureAdmission, given: list[int] | None, where: str) -> list[int]:
-    if given is not None and (
-        not isinstance(given, list) or any(type(token) is not int or token < 0 for token in given)
-    ):
+    """The prefix the call's prompt must start with: the caller's ids, else the admission's inline ones."""
+    well_formed = given is None or (
+        isinstance(given, list) and all(type(token) is int and token >= 0 for token in given)
+    )
+    if not well_formed:
         raise CaptureError(f"{where}: prefix_token_ids must be a list of non-negative ints")
-    if admission.mode == "text":
-        if given:
-            raise CaptureError(f"{where}: a text root takes no prefix")
-        return []
     inline = list(admission.required_prefix_token_ids)
-    if given is None:
-        if not inline:
-            raise CaptureError(f"{where}: a staging_chain admission needs the caller's resolved prefix_token_ids")
-        return inline
-    if len(given) != admission.prev_len or (inline and inline != given):
-        raise CaptureError(f"{where}: prefix_token_ids disagree with the admission (prev_len {admission.prev_len})")
-    return list(given)
+    if admission.mode == "text":
+        problem = "a text root takes no prefix" if given else None
+    elif given is None:
+        problem = None if inline else "a staging_chain admission needs the caller's resolved prefix_token_ids"
+    elif len(given) != admission.prev_len or (inline and inline != given):
+        problem = f"prefix_token_ids disagree with the admission (prev_len {admission.prev_len})"
+    else:
+        problem = None
+    if problem is not None:
+        raise CaptureError(f"{where}: {problem}")
+    if admission.mode == "text":
+        return []
+    return inline if given is None else list(given)
 
 
 def _staged_record(
@@ -229,27 +221,29 @@ def _staged_record(
     return StagedCallRecord(**fields, digest=compute_staging_digest(**fields), extras=extras)
 
 
+# What a successful acknowledgement copies from the staged record (identity and lengths come from the admission).
+_ACKNOWLEDGED_RECORD_FIELDS = {"delta_len", "cum_len", "digest", "extras_digest", "chain_hash", "cumulative_hash"}
+_ADMISSION_IDENTITY_FIELDS = {"rollout_id", "model_call_id", "parent_call_id", "prev_len"}
+
+
+def _coords(call: ActiveCall, **outcome: Any) -> CommitCoords:
+    """Coordinates naming the admitted call, completed by ``outcome`` (lengths, digests, disposition)."""
+    identity = call.admission.model_dump(include=_ADMISSION_IDENTITY_FIELDS)
+    return CommitCoords(**identity, weight_version=call.weight_version, **outcome)
+
+
 def _failed(call: ActiveCall) -> CommitCoords:
-    admission = call.admission
-    return CommitCoords(
-        rollout_id=admission.rollout_id,
-        model_call_id=admission.model_call_id,
-        parent_call_id=admission.parent_call_id,
-        prev_len=admission.prev_len,
-        delta_len=0,
-        cum_len=admission.prev_len,
-        weight_version=call.weight_version,
-        disposition="capture_failed",
-    )
+    """A ``capture_failed`` acknowledgement: no delta, so the cumulative length stays at the prefix."""
+    return _coords(call, delta_len=0, cum_len=call.admission.prev_len, disposition="capture_failed")
 
 
 class CaptureHost:
     """The smallest serving layer ``install_capture`` accepts: it just holds the capture."""
 
-    def __init__(self) -> None:
-        self.token_capture: RolloutTokenCapture | None = None
+    token_capture: RolloutTokenCapture | None = None
 
     def install_token_capture(self, capture: RolloutTokenCapture) -> None:
+        """Keep ``capture`` as this host's ``token_capture``."""
         self.token_capture = capture
 
 
@@ -261,13 +255,15 @@ def install_capture(
     adapter: CaptureAdapter | None = None,
 ) -> RolloutTokenCapture:
     """Build a ``RolloutTokenCapture`` and hand it to ``serving_layer.install_token_capture``."""
-    if not isinstance(sink, StagingSink):
-        raise TypeError(f"{type(sink).__name__} is not a StagingSink")
-    if not callable(weight_version_fn):
-        raise TypeError("weight_version_fn must be callable")
     install = getattr(serving_layer, "install_token_capture", None)
-    if not callable(install):
-        raise TypeError(f"{type(serving_layer).__name__} has no install_token_capture(capture)")
+    refusals = (
+        (isinstance(sink, StagingSink), f"{type(sink).__name__} is not a StagingSink"),
+        (callable(weight_version_fn), "weight_version_fn must be callable"),
+        (callable(install), f"{type(serving_layer).__name__} has no install_token_capture(capture)"),
+    )
+    for acceptable, message in refusals:
+        if not acceptable:
+            raise TypeError(message)
     capture = RolloutTokenCapture(sink=sink, weight_version_fn=weight_version_fn, adapter=adapter)
-    install(capture)
+    serving_layer.install_token_capture(capture)
     return capture

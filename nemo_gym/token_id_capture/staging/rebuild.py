@@ -88,19 +88,26 @@ class LinearizedRow:
 
     @property
     def call_ids(self) -> list[str]:
+        """Another name for ``model_call_ids``, kept for consumers that read it."""
         return self.model_call_ids
 
 
 def _check_receipt(receipt: RolloutReceipt) -> dict[str, CallRecord]:
     versions = (receipt.schema_version, receipt.digest_version, receipt.extras_digest_version)
-    if versions != (STAGING_SCHEMA_VERSION, STAGING_DIGEST_VERSION, EXTRAS_DIGEST_VERSION):
-        raise ReceiptVerificationError("unsupported_version", f"receipt versions {versions}")
-    if receipt.failure_reason is not None:
-        raise ReceiptVerificationError("rollout_failed", receipt.failure_reason)
-    if receipt.capture_poisoned:
-        raise ReceiptVerificationError("capture_poisoned", "the receipt marks the capture as poisoned")
-    if not receipt.manifest:
-        raise ReceiptVerificationError("empty_manifest", "the receipt lists no committed call")
+    # Checked in this order; the first that holds is the error reported.
+    refusals = (
+        (
+            versions != (STAGING_SCHEMA_VERSION, STAGING_DIGEST_VERSION, EXTRAS_DIGEST_VERSION),
+            "unsupported_version",
+            f"receipt versions {versions}",
+        ),
+        (receipt.failure_reason is not None, "rollout_failed", str(receipt.failure_reason)),
+        (receipt.capture_poisoned, "capture_poisoned", "the receipt marks the capture as poisoned"),
+        (not receipt.manifest, "empty_manifest", "the receipt lists no committed call"),
+    )
+    for refused, code, detail in refusals:
+        if refused:
+            raise ReceiptVerificationError(code, detail)
     rows: dict[str, CallRecord] = {}
     keys: set[str] = set()
     for row in receipt.manifest:

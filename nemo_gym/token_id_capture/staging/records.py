@@ -74,11 +74,19 @@ def staging_key(rollout_id: str, model_call_id: str) -> str:
     return f"{rollout_id}/{model_call_id}"
 
 
+def _refuse_first(*rules: tuple[bool, str]) -> None:
+    """Raise ``ValueError`` with the message of the first rule whose condition is broken (``True``)."""
+    message = next((text for broken, text in rules if broken), None)
+    if message is not None:
+        raise ValueError(message)
+
+
 def _check_lineage(parent_call_id: str | None, mode: str, prev_len: int, what: str) -> None:
-    if (parent_call_id is None) != (prev_len == 0):
-        raise ValueError(f"{what}: a root has prev_len 0 and no parent, a child a parent and prev_len > 0")
-    if (parent_call_id is None) != (mode == "text"):
-        raise ValueError(f"{what}: a root uses text mode, a child token_in mode")
+    is_root = parent_call_id is None
+    _refuse_first(
+        (is_root != (prev_len == 0), f"{what}: a root has prev_len 0 and no parent, a child a parent and prev_len > 0"),
+        (is_root != (mode == "text"), f"{what}: a root uses text mode, a child token_in mode"),
+    )
 
 
 class _Wire(BaseModel):
@@ -110,18 +118,22 @@ class CaptureAdmission(_Wire):
 
     @model_validator(mode="after")
     def _prefix_contract(self) -> Self:
-        if any(token_id < 0 for token_id in self.required_prefix_token_ids):
-            raise ValueError("required_prefix_token_ids must be non-negative")
-        if self.mode == "text":
-            if self.parent_call_id or self.prev_len or self.required_prefix_token_ids or self.staging_chain:
-                raise ValueError("a text admission is a root: no parent, no prefix")
-            if self.parent_chain_hash is not None:
-                raise ValueError("a text admission is a root: no parent chain hash")
-            return self
-        if self.parent_call_id is None or self.prev_len == 0 or self.parent_chain_hash is None:
-            raise ValueError("a token_in admission needs parent_call_id, prev_len > 0 and the parent's chain hash")
-        if not self.staging_chain and len(self.required_prefix_token_ids) != self.prev_len:
-            raise ValueError("an inline prefix must be exactly prev_len tokens long")
+        inline = self.required_prefix_token_ids
+        carries_prefix = bool(self.parent_call_id or self.prev_len or inline or self.staging_chain)
+        is_text = self.mode == "text"
+        _refuse_first(
+            (min(inline, default=0) < 0, "required_prefix_token_ids must be non-negative"),
+            (is_text and carries_prefix, "a text admission is a root: no parent, no prefix"),
+            (is_text and self.parent_chain_hash is not None, "a text admission is a root: no parent chain hash"),
+            (
+                not is_text and (None in (self.parent_call_id, self.parent_chain_hash) or self.prev_len == 0),
+                "a token_in admission needs parent_call_id, prev_len > 0 and the parent's chain hash",
+            ),
+            (
+                not is_text and not self.staging_chain and len(inline) != self.prev_len,
+                "an inline prefix must be exactly prev_len tokens long",
+            ),
+        )
         return self
 
 
@@ -185,8 +197,7 @@ class StagedCallRecord(StagedCallBaseSnapshot):
 
     @model_validator(mode="after")
     def _extras_match(self) -> Self:
-        if compute_extras_digest(self.extras) != self.extras_digest:
-            raise ValueError("extras_digest does not match extras")
+        _refuse_first((compute_extras_digest(self.extras) != self.extras_digest, "extras_digest does not match extras"))
         return self
 
 
@@ -203,10 +214,12 @@ class StageResult(_Wire):
 
     @model_validator(mode="after")
     def _one_outcome(self) -> Self:
-        if self.ok and self.staging_key is None:
-            raise ValueError("a successful stage names its staging_key")
-        if not self.ok and not self.error:
-            raise ValueError("a failed stage says why")
+        missing, message = (
+            (self.staging_key is None, "a successful stage names its staging_key")
+            if self.ok
+            else (not self.error, "a failed stage says why")
+        )
+        _refuse_first((missing, message))
         return self
 
 
@@ -229,16 +242,21 @@ class CommitCoords(_Digested):
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
-        if (self.parent_call_id is None) != (self.prev_len == 0):
-            raise ValueError("coordinates of a root have prev_len 0, of a child a parent and prev_len > 0")
-        if self.cum_len != self.prev_len + self.delta_len:
-            raise ValueError("cum_len must be prev_len + delta_len")
-        staged = (self.digest, self.extras_digest, self.staging_key, self.chain_hash, self.cumulative_hash)
-        if self.disposition == "staged":
-            if None in staged or self.delta_len == 0:
-                raise ValueError("staged coordinates carry a non-empty delta, both digests, both hashes and the key")
-        elif any(value is not None for value in staged) or self.delta_len:
-            raise ValueError("failed coordinates carry no delta, digests or key")
+        proofs = [self.digest, self.extras_digest, self.staging_key, self.chain_hash, self.cumulative_hash]
+        present = sum(proof is not None for proof in proofs)
+        staged = self.disposition == "staged"
+        _refuse_first(
+            (
+                (self.parent_call_id is None) != (self.prev_len == 0),
+                "coordinates of a root have prev_len 0, of a child a parent and prev_len > 0",
+            ),
+            (self.prev_len + self.delta_len != self.cum_len, "cum_len must be prev_len + delta_len"),
+            (
+                staged and (present < len(proofs) or not self.delta_len),
+                "staged coordinates carry a non-empty delta, both digests, both hashes and the key",
+            ),
+            (not staged and (present > 0 or self.delta_len > 0), "failed coordinates carry no delta, digests or key"),
+        )
         return self
 
 
@@ -267,8 +285,12 @@ class CallRecord(_Digested):
 
     @model_validator(mode="after")
     def _contiguous(self) -> Self:
-        if self.delta_len == 0 or self.cum_len != self.prev_len + self.delta_len:
-            raise ValueError("a ledger row describes a non-empty delta with cum_len = prev_len + delta_len")
+        _refuse_first(
+            (
+                not self.delta_len or self.prev_len + self.delta_len != self.cum_len,
+                "a ledger row describes a non-empty delta with cum_len = prev_len + delta_len",
+            )
+        )
         _check_lineage(self.parent_call_id, self.mode, self.prev_len, "ledger row")
         return self
 
@@ -315,18 +337,20 @@ class RolloutReceipt(_Digested):
     @model_validator(mode="after")
     def _coherent(self) -> Self:
         ids = [record.model_call_id for record in self.manifest]
-        if len(set(ids)) != len(ids):
-            raise ValueError("the receipt's manifest repeats a model_call_id")
-        if self.terminal_model_call_id is not None and self.terminal_model_call_id not in ids:
-            raise ValueError("terminal_model_call_id is not in the receipt's manifest")
-        if not self.capture_poisoned:
-            if self.failure_reason is not None:
-                raise ValueError("a receipt that is not poisoned has no failure_reason")
-            if self.terminal_model_call_id is None or self.terminal_selection is None:
-                raise ValueError("a trainable receipt names its terminal call and how it was selected")
-        if self.terminal_selection is None:
-            if self.terminal_model_call_id is not None:
-                raise ValueError("a terminal call needs the method that selected it")
-            if self.failure_reason is None:
-                raise ValueError("a receipt where no selection ran is poisoned with a failure_reason")
+        terminal, method = self.terminal_model_call_id, self.terminal_selection
+        trainable = not self.capture_poisoned
+        _refuse_first(
+            (len(ids) > len(set(ids)), "the receipt's manifest repeats a model_call_id"),
+            (terminal not in (None, *ids), "terminal_model_call_id is not in the receipt's manifest"),
+            (trainable and self.failure_reason is not None, "a receipt that is not poisoned has no failure_reason"),
+            (
+                trainable and None in (terminal, method),
+                "a trainable receipt names its terminal call and how it was selected",
+            ),
+            (method is None and terminal is not None, "a terminal call needs the method that selected it"),
+            (
+                method is None and self.failure_reason is None,
+                "a receipt where no selection ran is poisoned with a failure_reason",
+            ),
+        )
         return self
