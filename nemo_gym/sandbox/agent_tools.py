@@ -99,8 +99,10 @@ async def seed_mcp_servers(
     The harness gets only the per-session headers the seed answered (its MCP session), never the agent's cookies.
     A server whose seed answers no authenticated MCP endpoint is refused: the harness could not use its tools.
     """
-    entries: dict[str, dict[str, object]] = {}
-    for server in servers:
+    # Harness MCP configs take their timeout in milliseconds.
+    common: dict[str, object] = {"enabled": True, "timeout": int(timeout_s * 1000)}
+
+    async def entry_of(server: ResourcesServerRef) -> dict[str, object]:
         answer = await client.post(
             server_name=server.name, url_path="/seed_session", json=body.model_dump(), cookies=cookies
         )
@@ -110,15 +112,12 @@ async def seed_mcp_servers(
                 f"tool server {server.name!r} answered /seed_session without authenticated MCP tools; "
                 "set expose_tools_over_mcp: true on it"
             )
-        path = str(mcp.get("url_path") or "/mcp")
         base = sandbox_server_url(server.name, require_reachable=require_reachable)
-        entries[server.name] = {
-            "url": f"{base}/{path.lstrip('/')}",
-            "headers": mcp["headers"],
-            "enabled": True,
-            "timeout": int(timeout_s * 1000),  # milliseconds, as harness MCP configs take them
-        }
-    return entries
+        route = str(mcp.get("url_path") or "/mcp").lstrip("/")
+        return {"url": f"{base}/{route}", "headers": mcp["headers"], **common}
+
+    # One server after another, in the order given (a failed seed stops the rest).
+    return {server.name: await entry_of(server) for server in servers}
 
 
 async def verify_agent_response(

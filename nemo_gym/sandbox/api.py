@@ -254,17 +254,15 @@ class _LoopThread:
         try:
             return pending.result(timeout=self._wait_s)
         except FutureTimeoutError:
-            pending.cancel()
-            raise TimeoutError(
-                f"Sandbox.{what}() had no answer after {self._wait_s:g}s; the provider may be stuck"
-            ) from None
+            stuck = f"Sandbox.{what}() had no answer after {self._wait_s:g}s; the provider may be stuck"
+        # Reached only on a timeout: the abandoned work is cancelled before the caller hears about it.
+        pending.cancel()
+        raise TimeoutError(stuck)
 
     def close(self) -> None:
         """Stop the loop; one still busy after ``join_s`` is left to its daemon thread."""
-        if self._done:
-            return
-        self._done = True
-        if self.loop.is_closed():
+        already_closed, self._done = self._done, True
+        if already_closed or self.loop.is_closed():
             return
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(self._join_s)

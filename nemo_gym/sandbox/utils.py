@@ -7,29 +7,29 @@ from collections.abc import Mapping, Sequence
 __all__ = ["CPU_CAP_ENV_VARS", "cpu_cap_env", "rewrite_image"]
 
 CPU_CAP_ENV_VARS: tuple[str, ...] = (
-    # OpenMP and the BLAS/LAPACK backends numpy, scipy and torch load; GNU nproc also reads OMP_NUM_THREADS, so
-    # `make -j$(nproc)` follows it.
-    "OMP_NUM_THREADS",
-    "OMP_THREAD_LIMIT",
-    "OPENBLAS_NUM_THREADS",
-    "MKL_NUM_THREADS",
-    "BLIS_NUM_THREADS",
-    "VECLIB_MAXIMUM_THREADS",
-    "NUMEXPR_NUM_THREADS",
-    # Python's own count (3.13+) and the pools sized from it.
-    "PYTHON_CPU_COUNT",
-    "NUMBA_NUM_THREADS",
-    "LOKY_MAX_CPU_COUNT",
-    "POLARS_MAX_THREADS",
-    "PYTEST_XDIST_AUTO_NUM_WORKERS",
-    "DJANGO_TEST_PROCESSES",
-    # Other toolchains: Go, Rust/cargo, libuv (Node), CMake.
-    "GOMAXPROCS",
+    # Toolchains outside Python: CMake, Go, libuv (Node), Rust and cargo.
     "CARGO_BUILD_JOBS",
+    "CMAKE_BUILD_PARALLEL_LEVEL",
+    "GOMAXPROCS",
     "RAYON_NUM_THREADS",
     "RUST_TEST_THREADS",
     "UV_THREADPOOL_SIZE",
-    "CMAKE_BUILD_PARALLEL_LEVEL",
+    # Python itself (3.13+) and the Python pools that size themselves from it.
+    "DJANGO_TEST_PROCESSES",
+    "LOKY_MAX_CPU_COUNT",
+    "NUMBA_NUM_THREADS",
+    "POLARS_MAX_THREADS",
+    "PYTEST_XDIST_AUTO_NUM_WORKERS",
+    "PYTHON_CPU_COUNT",
+    # OpenMP and the BLAS/LAPACK builds loaded by numpy, scipy and torch (GNU nproc reads OMP_NUM_THREADS too, so
+    # `make -j$(nproc)` follows it).
+    "BLIS_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+    "OMP_NUM_THREADS",
+    "OMP_THREAD_LIMIT",
+    "OPENBLAS_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
 )
 """Variables that size worker pools. Tools count the host's cores, not the sandbox's CPU limit, so on a wide machine
 a sandbox of 2 CPUs starts dozens of workers, is throttled and runs out of memory. ``MAKEFLAGS`` is left out on

@@ -74,18 +74,14 @@ class ApptainerCreateVerificationError(SandboxCreateVerificationError):
 
 def _require_apptainer(bin_path: str | None = None) -> str:
     """The ``apptainer`` executable (in ``bin_path`` when given, else on PATH), or a one-line error."""
-    if bin_path:
-        candidate = Path(bin_path) / "apptainer"
-        if candidate.is_file() and os.access(candidate, os.X_OK):
-            return str(candidate)
-        raise ApptainerCreateError(
-            f"apptainer sandbox provider: no executable `apptainer` in {bin_path}; {INSTALL_HINT}"
-        )
-    found = shutil.which("apptainer")
-    if found is None:
-        raise ApptainerCreateError(
-            f"apptainer sandbox provider: the `apptainer` command is not on PATH; {INSTALL_HINT}"
-        )
+    candidate = Path(bin_path, "apptainer") if bin_path else None
+    if candidate is None:
+        found, missing = shutil.which("apptainer"), "the `apptainer` command is not on PATH"
+    else:
+        usable = candidate.is_file() and os.access(candidate, os.X_OK)
+        found, missing = (str(candidate) if usable else None), f"no executable `apptainer` in {bin_path}"
+    if not found:
+        raise ApptainerCreateError(f"apptainer sandbox provider: {missing}; {INSTALL_HINT}")
     return found
 
 
@@ -197,9 +193,15 @@ class ApptainerProvider:
         probe: ApptainerProbeConfig | Mapping[str, Any] | None = None,
         bin_path: str | None = None,
     ) -> None:
-        self._create_config = coerce_config(create, ApptainerCreateConfig)
-        self._exec_config = coerce_config(exec, ApptainerExecConfig)
-        self._readiness = coerce_config(probe, ApptainerProbeConfig)
+        """Each config section may be its dataclass or a plain mapping; ``bin_path`` is searched before ``PATH``.
+
+        The ``apptainer`` binary itself is looked up on first use, so constructing a provider never fails for it.
+        """
+        self._create_config, self._exec_config, self._readiness = (
+            coerce_config(create, ApptainerCreateConfig),
+            coerce_config(exec, ApptainerExecConfig),
+            coerce_config(probe, ApptainerProbeConfig),
+        )
         self._bin_path = bin_path
         self._binary: str | None = None
         self._semaphore = asyncio.Semaphore(self._exec_config.concurrency)

@@ -178,9 +178,12 @@ class DockerProvider:
         create: DockerCreateConfig | Mapping[str, Any] | None = None,
         probe: DockerProbeConfig | Mapping[str, Any] | None = None,
     ) -> None:
-        self._create_config = coerce_config(create, DockerCreateConfig)
-        self._exec_config = coerce_config(exec, DockerExecConfig)
-        self._readiness = coerce_config(probe, DockerProbeConfig)
+        """Each config section may be its dataclass or a plain mapping; the ``docker`` CLI is looked up on first use."""
+        self._create_config, self._exec_config, self._readiness = (
+            coerce_config(create, DockerCreateConfig),
+            coerce_config(exec, DockerExecConfig),
+            coerce_config(probe, DockerProbeConfig),
+        )
         self._binary: str | None = None
         self._semaphore = asyncio.Semaphore(self._exec_config.concurrency)
 
