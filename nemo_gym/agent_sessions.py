@@ -102,13 +102,15 @@ class AgentSessionSetupError(Exception):
 
 @dataclass
 class _AgentSessionRecord:
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    """One session's bookkeeping; ``lock`` serialises its seed and close."""
+
+    episode_id: EpisodeId | None = None
+    cookie_session: str | None = None
     state: AgentSessionState | None = None
     closing: bool = False
-    episode_id: EpisodeId | None = None
     close_response: AgentCloseSessionResponse | None = None
     expires_at: float = float("inf")
-    cookie_session: str | None = None
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
 SeedState = Callable[[AgentSeedSessionRequest], Awaitable[AgentSessionState]]
@@ -145,10 +147,9 @@ class AgentSessionTable:
         if bound is not None and bound != body.agent_session_id:
             raise HTTPException(409, "this cookie already names another agent session")
         async with self._locked(body.agent_session_id) as record:
-            if record.close_response is not None:
-                raise HTTPException(409, f"agent session {body.agent_session_id!r} is already closed")
-            if record.closing:
-                raise HTTPException(409, f"agent session {body.agent_session_id!r} is closing")
+            if record.close_response is not None or record.closing:
+                where = "already closed" if record.close_response is not None else "closing"
+                raise HTTPException(409, f"agent session {body.agent_session_id!r} is {where}")
             if record.state is None:
                 record.episode_id = body.episode_id
                 try:

@@ -55,23 +55,27 @@ class BaseEnvironmentServerConfig(BaseRunServerInstanceConfig):
 
     @model_validator(mode="after")
     def _queue_needs_timeout(self) -> BaseEnvironmentServerConfig:
-        if self.max_concurrent_episodes is not None and self.queue_timeout_seconds is None:
+        limited, bounded_wait = self.max_concurrent_episodes is not None, self.queue_timeout_seconds is not None
+        if limited and not bounded_wait:
             raise ValueError("set queue_timeout_seconds too: an episode may not wait for admission forever")
         return self
 
 
 @dataclass
 class _Cleanup:
+    """One registered callback; ``run_once`` calls it until it has succeeded once, then never again."""
+
     name: str
     callback: CleanupCallback
-    done: bool = False
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _succeeded: bool = False
+    _serial: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     async def run_once(self) -> None:
-        async with self.lock:
-            if not self.done:
-                await self.callback()
-                self.done = True
+        async with self._serial:
+            if self._succeeded:
+                return
+            await self.callback()
+            self._succeeded = True
 
 
 @dataclass
@@ -100,9 +104,8 @@ class CleanupContext:
     _entries: list[_Cleanup] = field(default_factory=list)
 
     def register_cleanup(self, name: str, callback: CleanupCallback) -> CleanupHandle:
-        entry = _Cleanup(name, callback)
-        self._entries.append(entry)
-        return CleanupHandle(entry, self.cleanup_timeout_seconds)
+        self._entries.append(_Cleanup(name, callback))
+        return CleanupHandle(self._entries[-1], self.cleanup_timeout_seconds)
 
     async def aclose(self) -> None:
         """Run what is left, last registered first. Each gets an equal share of the time still left, so one that

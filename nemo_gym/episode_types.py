@@ -92,11 +92,9 @@ class EpisodeFailure(BaseModel):
 
     @model_serializer(mode="wrap")
     def _drop_unknown(self, handler: SerializerFunctionWrapHandler) -> Any:
-        dumped = handler(self)
-        for key in ("failure_kind", "stage"):
-            if dumped.get(key) is None:
-                dumped.pop(key, None)
-        return dumped
+        # The two optional labels are left out of the wire form while unset, so older readers never see them.
+        optional_labels = {"failure_kind", "stage"}
+        return {key: value for key, value in handler(self).items() if value is not None or key not in optional_labels}
 
 
 TaskInputT = TypeVar("TaskInputT", bound=BaseModel)
@@ -133,6 +131,7 @@ class BaseEpisodeResponse(BaseModel, Generic[ResultT]):
 
     @model_validator(mode="after")
     def _one_outcome(self) -> BaseEpisodeResponse[ResultT]:
-        if (self.result is None) == (self.failure is None):
+        outcomes = [outcome for outcome in (self.result, self.failure) if outcome is not None]
+        if len(outcomes) != 1:
             raise ValueError("an episode response holds exactly one of `result` and `failure`")
         return self

@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import functools
 import logging
+from collections import defaultdict
 from typing import Any
 
 import orjson
@@ -112,6 +113,39 @@ def _message_text(item: dict[str, Any]) -> str:
     return "".join(p.get("text") or "" for p in content or [] if isinstance(p, dict) and p.get("type") in kinds)
 
 
+def _kind(item: Any) -> Any:
+    """An item's ``type``, or None for anything that is not a dict."""
+    return item.get("type") if isinstance(item, dict) else None
+
+
+def _namespace_folded(item: Any) -> Any:
+    """A replayed namespaced ``function_call`` under the flattened name the model saw; any other item as it is."""
+    if _kind(item) != "function_call" or not item.get("namespace"):
+        return item
+    folded = {key: value for key, value in item.items() if key != "namespace"}
+    folded["name"] = f"{item['namespace']}{NAMESPACE_TOOL_DELIMITER}{item.get('name')}"
+    return folded
+
+
+def _adopt_carried_tools(body: dict[str, Any], carried: list[Any]) -> NamespaceMap:
+    """Append the usable function tools of ``additional_tools`` items to ``tools``; return their namespace map."""
+    flat, carried_names = flatten_namespace_tools(carried)
+    functions = [tool for tool in flat if _kind(tool) == "function"]
+    if len(functions) != len(flat):
+        logger.warning("dropping non-function tools of an additional_tools item: a backend calls functions only")
+    body["tools"] = [*(body.get("tools") or []), *filter(_usable_tool, functions)]
+    return carried_names
+
+
+def _hoist_leading_system(body: dict[str, Any], kept: list[Any]) -> None:
+    """Move the leading system / developer messages of ``kept`` into ``instructions``, after any already given."""
+    leading = [body["instructions"]] if body.get("instructions") else []
+    while kept and _is_system_message(kept[0]):
+        leading.append(_message_text(kept.pop(0)))
+    if any(leading):
+        body["instructions"] = "\n\n".join(text for text in leading if text)
+
+
 def sanitize_streaming_responses_body(body: dict[str, Any]) -> tuple[dict[str, Any], NamespaceMap]:
     """A streaming client's ``/v1/responses`` body as our non-streaming params model takes it, and the namespace map.
 
@@ -121,41 +155,20 @@ def sanitize_streaming_responses_body(body: dict[str, Any]) -> tuple[dict[str, A
     exotic extra is better lost than its rollout; the leading system / developer messages become ``instructions``
     (after any given), which backends render as the one system message; keys the params model lacks are dropped.
     """
-    body = copy.deepcopy(body)
-    body.pop("stream", None)
-    body.pop("stream_options", None)
+    # The caller streams the answer itself, so the stream flag and its options are not forwarded.
+    body = {key: copy.deepcopy(value) for key, value in body.items() if key not in ("stream", "stream_options")}
     names: NamespaceMap = {}
     if "tools" in body:
-        tools, names = flatten_namespace_tools(body.get("tools"))
-        body["tools"] = [tool for tool in tools if _usable_tool(tool)]
-    items = body.get("input")
-    if isinstance(items, list):
-        kept: list[Any] = []
-        carried: list[Any] = []
-        for item in items:
-            if isinstance(item, dict) and item.get("type") == "additional_tools":
-                carried.extend(item.get("tools") or [])
-                continue
-            if isinstance(item, dict) and item.get("type") == "function_call" and item.get("namespace"):
-                item = {k: v for k, v in item.items() if k != "namespace"} | {
-                    "name": f"{item['namespace']}{NAMESPACE_TOOL_DELIMITER}{item.get('name')}"
-                }
-            if _usable_item(item):
-                kept.append(item)
+        flat_tools, names = flatten_namespace_tools(body.get("tools"))
+        body["tools"] = list(filter(_usable_tool, flat_tools))
+    if isinstance(body.get("input"), list):
+        items: list[Any] = body["input"]
+        carried = [tool for item in items if _kind(item) == "additional_tools" for tool in item.get("tools") or []]
+        renamed = (_namespace_folded(item) for item in items if _kind(item) != "additional_tools")
+        kept = [item for item in renamed if _usable_item(item)]
         if carried:
-            flat, carried_names = flatten_namespace_tools(carried)
-            names.update(carried_names)
-            functions = [t for t in flat if isinstance(t, dict) and t.get("type") == "function"]
-            if len(functions) < len(flat):
-                logger.warning(
-                    "dropping non-function tools of an additional_tools item: a backend calls functions only"
-                )
-            body["tools"] = [*(body.get("tools") or []), *(t for t in functions if _usable_tool(t))]
-        leading = [body["instructions"]] if body.get("instructions") else []
-        while kept and _is_system_message(kept[0]):
-            leading.append(_message_text(kept.pop(0)))
-        if any(leading):
-            body["instructions"] = "\n\n".join(text for text in leading if text)
+            names.update(_adopt_carried_tools(body, carried))
+        _hoist_leading_system(body, kept)
         body["input"] = kept
     known = NeMoGymResponseCreateParamsNonStreaming.model_fields
     dropped = sorted(key for key in body if key not in known)
@@ -244,8 +257,9 @@ _BLOCK_DELTAS = {"text_delta": ("text", "text"), "thinking_delta": ("thinking", 
 def _messages_final(events: list[dict[str, Any]]) -> dict[str, Any] | None:
     message: dict[str, Any] | None = None
     blocks: dict[int, dict[str, Any]] = {}
-    partial_json: dict[int, str] = {}
+    partial_json: defaultdict[int, str] = defaultdict(str)
     usage: dict[str, Any] = {}
+    stop_reason: Any = None  # the latest one a message_delta named; applied once the stream is read
     for event in events:
         kind = event.get("type")
         if kind == "message_start":
@@ -262,14 +276,14 @@ def _messages_final(events: list[dict[str, Any]]) -> dict[str, Any] | None:
                 block.setdefault("type", block_type)
                 block[field] = (block.get(field) or "") + (delta.get(field) or "")
             elif delta.get("type") == "input_json_delta":
-                partial_json[index] = partial_json.get(index, "") + (delta.get("partial_json") or "")
+                partial_json[index] += delta.get("partial_json") or ""
         elif kind == "message_delta":
+            stop_reason = (event.get("delta") or {}).get("stop_reason") or stop_reason
             usage.update(event.get("usage") or {})
-            stop = (event.get("delta") or {}).get("stop_reason")
-            if message is not None and stop:
-                message["stop_reason"] = stop
     if message is None and not blocks:
         return None
+    if message is not None and stop_reason:
+        message["stop_reason"] = stop_reason
     for index, text in partial_json.items():
         block = blocks[index]
         if block.get("type") == "tool_use" and not block.get("input"):

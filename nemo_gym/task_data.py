@@ -64,10 +64,11 @@ def load_task_data_schema(server_dir: Path) -> TypeAdapter[Any] | None:
     sys.modules[module_name] = module  # pydantic resolves the module's forward references through sys.modules
     try:
         spec.loader.exec_module(module)
+        schema = getattr(module, SCHEMA_EXPORT, None)
     except Exception as error:
-        sys.modules.pop(module_name, None)
+        # A module that failed half way is not left importable under its temporary name.
+        del sys.modules[module_name]
         raise TaskDataSchemaError(f"{source}: importing it failed: {type(error).__name__}: {error}") from error
-    schema = getattr(module, SCHEMA_EXPORT, None)
     if schema is None:
         raise TaskDataSchemaError(f"{source} defines no `{SCHEMA_EXPORT}`: export the row schema under that name")
     try:

@@ -72,11 +72,14 @@ class VerifierFixtureCase(BaseModel):
 
     @model_validator(mode="after")
     def _one_expectation(self) -> VerifierFixtureCase:
-        wants_error = self.kind == "malformed"
-        if wants_error and (not self.expected_error or self.expected_reward is not None):
-            raise ValueError("a malformed case gives expected_error (a text its error contains) and no expected_reward")
-        if not wants_error and (self.expected_reward is None or self.expected_error is not None):
-            raise ValueError(f"a {self.kind} case gives expected_reward and no expected_error")
+        if self.kind == "malformed":
+            valid = bool(self.expected_error) and self.expected_reward is None
+            rule = "a malformed case gives expected_error (a text its error contains) and no expected_reward"
+        else:
+            valid = self.expected_reward is not None and self.expected_error is None
+            rule = f"a {self.kind} case gives expected_reward and no expected_error"
+        if not valid:
+            raise ValueError(rule)
         return self
 
 
@@ -93,21 +96,23 @@ def load_verifier_fixture(path: str | Path) -> list[VerifierFixtureCase]:
     """The cases of a fixture file; a :class:`VerifierFixtureError` names the file and line of the first bad one."""
     source = Path(path)
     try:
-        lines = source.read_text(encoding="utf-8").splitlines()
+        text = source.read_text(encoding="utf-8")
     except (OSError, UnicodeError) as error:
         raise VerifierFixtureError(f"cannot read verifier fixture {source}: {error}") from error
-    cases = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            cases.append(VerifierFixtureCase.model_validate_json(line))
-        except ValidationError as error:
-            first = error.errors(include_url=False, include_input=False, include_context=False)[0]
-            raise VerifierFixtureError(f"{source}:{number}: {first['msg']}") from error
+    numbered = [(number, line) for number, line in enumerate(text.splitlines(), start=1) if line.strip()]
+    cases = [_parsed_case(source, number, line) for number, line in numbered]
     if not cases:
         raise VerifierFixtureError(f"verifier fixture {source} has no cases")
     return cases
+
+
+def _parsed_case(source: Path, number: int, line: str) -> VerifierFixtureCase:
+    """One non-blank line as a case; the error names where it is and the first thing wrong with it."""
+    try:
+        return VerifierFixtureCase.model_validate_json(line)
+    except ValidationError as error:
+        first = error.errors(include_url=False, include_input=False, include_context=False)[0]
+        raise VerifierFixtureError(f"{source}:{number}: {first['msg']}") from error
 
 
 async def _settle(value: Any) -> Any:
@@ -176,19 +181,25 @@ def _rewrite(path: Path, cases: list[VerifierFixtureCase]) -> None:
     """Replace the fixture file atomically, keeping its permissions; a symlink or special file is refused."""
     if path.is_symlink() or not path.is_file():
         raise VerifierFixtureError(f"{path} is not a regular file; not rewriting it")
-    text = "".join(json.dumps(c.model_dump(mode="json", exclude_none=True), sort_keys=True) + "\n" for c in cases)
-    handle, staging = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    lines = [json.dumps(case.model_dump(mode="json", exclude_none=True), sort_keys=True) for case in cases]
+    leftover: Path | None = None  # the temporary file, until it has replaced the fixture
     try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            out.write(text)
+        permissions = path.stat().st_mode & 0o777
+        with tempfile.NamedTemporaryFile(
+            "w", encoding="utf-8", dir=path.parent, prefix=f".{path.name}.", suffix=".tmp", delete=False
+        ) as out:
+            leftover = Path(out.name)
+            out.writelines(line + "\n" for line in lines)
             out.flush()
             os.fsync(out.fileno())
-        os.chmod(staging, path.stat().st_mode & 0o777)
-        os.replace(staging, path)
+        leftover.chmod(permissions)
+        leftover.replace(path)
+        leftover = None
     except OSError as error:
         raise VerifierFixtureError(f"could not rewrite {path}: {error}") from error
     finally:
-        Path(staging).unlink(missing_ok=True)
+        if leftover is not None:
+            leftover.unlink(missing_ok=True)
 
 
 async def exercise_verifier_fixture(
@@ -248,11 +259,9 @@ async def exercise_verifier_fixture(
             )
         passed.append(VerifierFixtureResult(case.name, case.kind, tuple(rewards)))
 
-    if update_expected:
-        updated = [
-            case.model_copy(update={"expected_reward": observed_by_index[i]}) if i in observed_by_index else case
-            for i, case in enumerate(cases)
-        ]
-        if updated != cases:
-            _rewrite(path, updated)
+    updated = list(cases)
+    for index, reward in observed_by_index.items():  # filled only with update_expected
+        updated[index] = cases[index].model_copy(update={"expected_reward": reward})
+    if updated != cases:
+        _rewrite(path, updated)
     return tuple(passed)

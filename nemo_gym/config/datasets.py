@@ -64,7 +64,7 @@ class JsonlDatasetHuggingFaceIdentifer(BaseModel):
 
 
 class GitlabDatasetSource(BaseModel):
-    """Unified source: for a dataset fetched from the GitLab model registry."""
+    """A ``source:`` block naming a dataset artifact kept in the GitLab model registry."""
 
     type: Literal["gitlab"]
     dataset_name: str
@@ -73,7 +73,7 @@ class GitlabDatasetSource(BaseModel):
 
 
 class HuggingFaceDatasetSource(BaseModel):
-    """Unified source: for a dataset fetched from the HuggingFace Hub."""
+    """A ``source:`` block naming a dataset repository on the Hugging Face Hub."""
 
     type: Literal["huggingface"]
     repo_id: str

@@ -168,19 +168,19 @@ class BaseServerInstanceConfig(BaseServerTypeConfig):
 
 
 class ResponsesAPIModelServerInstanceConfig(ResponsesAPIModelServerTypeConfig, BaseServerInstanceConfig):
-    pass
+    """A model server as one named instance of the config."""
 
 
 class ResourcesServerInstanceConfig(ResourcesServerTypeConfig, BaseServerInstanceConfig):
-    pass
+    """A resources server as one named instance of the config."""
 
 
 class ResponsesAPIAgentServerInstanceConfig(ResponsesAPIAgentServerTypeConfig, BaseServerInstanceConfig):
-    pass
+    """An agent server as one named instance of the config."""
 
 
 class EnvironmentServerInstanceConfig(EnvironmentServerTypeConfig, BaseServerInstanceConfig):
-    pass
+    """An environment server as one named instance of the config."""
 
 
 ServerInstanceConfig = Union[  # noqa: UP007 (NeMo Gym spells these as Union)

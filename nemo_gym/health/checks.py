@@ -178,26 +178,23 @@ def _reference_key(reference: Any) -> str | None:
 
 def normalized_calls(trajectory: dict[str, Any]) -> list[dict[str, Any]]:
     """The trajectory's captured model calls, flattened to the fields the checks read."""
-    calls = []
-    for position, call in enumerate(trajectory.get("model_calls") or []):
-        meta = call.get("response_metadata") or {}
-        tokens = call.get("token_stats") or {}
-        calls.append(
-            {
-                "position": position,
-                "model_call_id": call.get("model_call_id"),
-                "response_id": meta.get("response_id"),
-                "model_ref": meta.get("model_ref"),
-                "status_code": meta.get("status_code"),
-                "response_status": meta.get("response_status"),
-                "finish_reason": meta.get("finish_reason"),
-                "error_category": meta.get("error_category"),
-                "tokens_in": tokens.get("prompt_tokens"),
-                "tokens_out": tokens.get("completion_tokens"),
-                "response": call.get("response"),
-            }
-        )
-    return calls
+    return [_flattened_call(position, call) for position, call in enumerate(trajectory.get("model_calls") or [])]
+
+
+# Copied as they are from a call's ``response_metadata``.
+_METADATA_KEYS = ("response_id", "model_ref", "status_code", "response_status", "finish_reason", "error_category")
+# Our name for a count -> its name in a call's ``token_stats``.
+_TOKEN_COUNT_KEYS = {"tokens_in": "prompt_tokens", "tokens_out": "completion_tokens"}
+
+
+def _flattened_call(position: int, call: dict[str, Any]) -> dict[str, Any]:
+    metadata: dict[str, Any] = call.get("response_metadata") or {}
+    counts: dict[str, Any] = call.get("token_stats") or {}
+    flat: dict[str, Any] = {"position": position, "model_call_id": call.get("model_call_id")}
+    flat.update({key: metadata.get(key) for key in _METADATA_KEYS})
+    flat.update({ours: counts.get(theirs) for ours, theirs in _TOKEN_COUNT_KEYS.items()})
+    flat["response"] = call.get("response")
+    return flat
 
 
 def is_failed(call: dict[str, Any]) -> bool:

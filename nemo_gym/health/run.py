@@ -287,16 +287,20 @@ def _summary(digests: list[RolloutDigest], ignored: frozenset[str]) -> dict[str,
                     "by_status": dict(sorted(statuses.items())),
                     "rollouts_affected": sum(bool(d.model_call_errors) for d in digests),
                 },
-                "tokens": {
-                    "prompt": sum(d.transcript_prompt_tokens for d in digests),
-                    "completion": sum(d.transcript_completion_tokens for d in digests),
-                    "capture_prompt": sum(d.capture_prompt_tokens for d in digests),
-                    "capture_completion": sum(d.capture_completion_tokens for d in digests),
-                },
+                "tokens": {key: sum(getattr(d, field) for d in digests) for key, field in _TOKEN_TOTALS.items()},
             },
         },
         "tasks": tasks,
     }
+
+
+_TOKEN_TOTALS = {
+    "prompt": "transcript_prompt_tokens",
+    "completion": "transcript_completion_tokens",
+    "capture_prompt": "capture_prompt_tokens",
+    "capture_completion": "capture_completion_tokens",
+}
+"""Summary key under ``tokens`` -> the ``RolloutDigest`` count it totals."""
 
 
 def _order(digest: RolloutDigest) -> tuple[tuple[int, Any], ...]:

@@ -32,16 +32,19 @@ _TOKEN_SUMS = (
 """``ng_perf`` key -> the token-stats field it sums."""
 
 
+def _parsed_trajectory(raw: dict[str, Any]) -> TrajectoryRecord | None:
+    """``raw`` as a trajectory record, or None when it does not validate (a perf summary is never worth a failure)."""
+    try:
+        return TrajectoryRecord.model_validate(raw)
+    except ValidationError:
+        return None
+
+
 def build_ng_perf(result: dict[str, Any], *, rollout_latency_ms: float | None) -> dict[str, Any] | None:
     """The ``ng_perf`` of a finished rollout, or None when its trajectory is absent, invalid or has no invocation."""
     raw = result.get(TRAJECTORY_KEY)
-    if not isinstance(raw, dict):
-        return None
-    try:
-        trajectory = TrajectoryRecord.model_validate(raw)
-    except ValidationError:
-        return None
-    if not trajectory.invocations:
+    trajectory = _parsed_trajectory(raw) if isinstance(raw, dict) else None
+    if trajectory is None or not trajectory.invocations:
         return None
     calls = trajectory.model_calls
     index = CallIndex(

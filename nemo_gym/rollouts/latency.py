@@ -19,20 +19,24 @@ class DispatchLatencyTracker:
     """Durations of finished rollouts (kept sorted: a quantile is read before every dispatch) and the count of rows
     left undispatched because the budget ran out."""
 
+    _drained: int = 0
+
     def __init__(self) -> None:
-        self._sorted: list[float] = []
-        self._drained = 0
+        self._sorted: list[float] = []  # ascending, so a quantile is one index away
 
     def record(self, seconds: float) -> None:
         """One finished rollout's duration; a non-positive one carries no information and is ignored."""
-        if seconds > 0:
-            bisect.insort(self._sorted, seconds)
+        if seconds <= 0:
+            return
+        bisect.insort(self._sorted, seconds)
 
     def record_drained(self) -> None:
+        """Count one rollout that was never dispatched."""
         self._drained += 1
 
     @property
     def drained(self) -> int:
+        """How many rollouts ``record_drained`` has counted."""
         return self._drained
 
     def quantile(self, q: float) -> float | None:
