@@ -23,12 +23,6 @@ pytestmark = [
     pytest.mark.model,
     pytest.mark.slow,
     pytest.mark.timeout(2400),
-    # The same commands passed by hand (1 rollout scored, 0 failed, 372 s), but this test itself has not been seen
-    # passing: the session's machine was too loaded (one run hit the then-fixed 600 s call deadline, the last one did
-    # not finish before the session ended). Issue 32 acceptance 4 is not claimed until it has.
-    pytest.mark.skip(
-        reason="issue 32 acceptance 4: not yet seen passing as a test; the next session runs and enables it"
-    ),
 ]
 
 RELEASE = "0.7.0"

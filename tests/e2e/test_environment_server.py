@@ -20,8 +20,6 @@ ENV_SERVER = "example_single_tool_call_environment_server"
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.timeout(1800),
-    # Written with issue 32's acceptance 3, not yet seen passing: this session's machine was too loaded to run them.
-    pytest.mark.skip(reason="issue 32 acceptance 3: not yet verified; the next session runs and enables them"),
 ]
 
 
