@@ -86,8 +86,8 @@ class CleanupHandle:
     timeout_seconds: float
 
     async def close(self) -> None:
-        async with asyncio.timeout(self.timeout_seconds):
-            await self.entry.run_once()
+        """Run the cleanup now, within ``timeout_seconds``."""
+        await asyncio.wait_for(self.entry.run_once(), self.timeout_seconds)
 
 
 @dataclass

@@ -299,11 +299,6 @@ def reconstruct_streamed_response(raw: bytes, dialect: str) -> dict[str, Any] | 
     """The final object a streamed answer amounts to: ``responses`` (the closing event's response), ``messages`` (the
     Message with its blocks and usage), anything else read as Chat Completions chunks (one choice, text, refusal,
     reasoning and tool calls joined). None when the stream holds nothing to build it from."""
+    builder = {"responses": _responses_final, "messages": _messages_final}.get(dialect, _chat_final)
     events = _events(raw)
-    if not events:
-        return None
-    if dialect == "responses":
-        return _responses_final(events)
-    if dialect == "messages":
-        return _messages_final(events)
-    return _chat_final(events)
+    return builder(events) if events else None

@@ -303,10 +303,6 @@ _TOKEN_TOTALS = {
 """Summary key under ``tokens`` -> the ``RolloutDigest`` count it totals."""
 
 
-def _order(digest: RolloutDigest) -> tuple[tuple[int, Any], ...]:
-    return tuple((0, v) if isinstance(v, int) else (1, str(v)) for v in (digest.task_index, digest.rollout_index))
-
-
 def _write(summary: dict[str, Any], digests: list[RolloutDigest], directory: Path) -> tuple[Path, Path]:
     directory.mkdir(parents=True, exist_ok=True)
     summary_path, verdicts_path = directory / QUALITY_SUMMARY_FILENAME, directory / ROLLOUT_VERDICTS_FILENAME
@@ -327,6 +323,11 @@ def _write(summary: dict[str, Any], digests: list[RolloutDigest], directory: Pat
     return summary_path, verdicts_path
 
 
+def _order(digest: RolloutDigest) -> tuple[tuple[int, Any], ...]:
+    """Verdict rows by task, then rollout index; integer indexes before any other value."""
+    return tuple((0, v) if isinstance(v, int) else (1, str(v)) for v in (digest.task_index, digest.rollout_index))
+
+
 def run_health_checks(
     rollout_paths: Path | Sequence[Path],
     *,
@@ -336,9 +337,9 @@ def run_health_checks(
 ) -> HealthCheckResult:
     """Check every rollout of the given JSONL files and write both reports (to ``output_dir``, else beside the first
     file). ``workers``: processes for the per-rollout map (default: up to 8)."""
+    given: Sequence[str | Path] = [rollout_paths] if isinstance(rollout_paths, (str, Path)) else rollout_paths
     ignored = frozenset(normalize_ignored_checks(ignored_checks))
-    paths = [rollout_paths] if isinstance(rollout_paths, (str, Path)) else list(rollout_paths)
-    paths = [Path(path) for path in paths]
+    paths = [Path(path) for path in given]
     if not paths:
         raise ValueError("run_health_checks needs at least one rollout JSONL file")
     for path in paths:

@@ -219,12 +219,10 @@ async def capture_tokens(response: Any, request_messages: list[Any] | None = Non
         return
     try:
         payload = _payload(response)
-        if payload is None:
-            await _missing(context, f"the answer is a {type(response).__name__}")
-            return
-        tokens = extract_token_fields(payload)
-        if tokens is None:
-            await _missing(context, "the answer carries no token ids")
+        tokens = None if payload is None else extract_token_fields(payload)
+        if payload is None or tokens is None:
+            unusable = f"a {type(response).__name__}" if payload is None else "without token ids"
+            await _missing(context, f"the answer is {unusable}")
             return
         items, token_item_index = strip_token_fields(response_to_output_items(payload))
         if context.parent_resolution is None and request_messages is not None:

@@ -24,14 +24,14 @@ from nemo_gym.token_id_capture.fingerprint import FINGERPRINT_VERSION, assistant
 class TerminalAttribution:
     """The attributed call (or None), the agreeing witness that names it, and the trail of abstentions."""
 
-    model_call_id: str | None
-    method: str = ""
-    reason: str = ""
-
     @property
     def attributed(self) -> bool:
         """Whether some call was named."""
         return self.model_call_id is not None
+
+    model_call_id: str | None
+    method: str = ""
+    reason: str = ""
 
 
 def _is_ledger_row(entry: Any) -> bool:

@@ -43,11 +43,6 @@ class StreamingUnsupportedError(CaptureError):
 class ActiveCall:
     """An admitted call: its admission, the policy version it runs under, and the exact prefix its prompt must have."""
 
-    admission: CaptureAdmission
-    weight_version: int
-    prefix_token_ids: list[int] = field(default_factory=list)
-    completed: bool = field(default=False, init=False)
-
     @property
     def model_call_id(self) -> str:
         """Shortcut to the admitted call's id."""
@@ -57,6 +52,11 @@ class ActiveCall:
     def rollout_id(self) -> str:
         """Shortcut to the id of the rollout the call belongs to."""
         return self.admission.rollout_id
+
+    admission: CaptureAdmission
+    weight_version: int
+    prefix_token_ids: list[int] = field(default_factory=list)
+    completed: bool = field(default=False, init=False)
 
 
 class RolloutTokenCapture:
@@ -69,11 +69,6 @@ class RolloutTokenCapture:
         self._weight_version_fn = weight_version_fn
         self._adapter = adapter
         self._completion_lock = threading.Lock()  # only the completed flag; stages of different calls may overlap
-
-    @property
-    def adapter(self) -> CaptureAdapter | None:
-        """The engine adapter used by ``complete_call_from_response`` (``None`` when not given)."""
-        return self._adapter
 
     def begin_call(
         self,
@@ -156,6 +151,11 @@ class RolloutTokenCapture:
         self._claim(call)
         logger.warning("capture of call %s of rollout %s failed: %s", call.model_call_id, call.rollout_id, reason)
         return _failed(call)
+
+    @property
+    def adapter(self) -> CaptureAdapter | None:
+        """The engine adapter used by ``complete_call_from_response`` (``None`` when not given)."""
+        return self._adapter
 
     def _claim(self, call: ActiveCall) -> None:
         with self._completion_lock:

@@ -42,9 +42,11 @@ _COMPARED = (
 class ReceiptVerificationError(ValueError):
     """A receipt or a staged record broke a custody rule; ``code`` names which."""
 
+    code: str
+
     def __init__(self, code: str, detail: str) -> None:
-        super().__init__(f"{code}: {detail}")
-        self.code = code
+        self.code, message = code, f"{code}: {detail}"
+        super().__init__(message)
 
 
 class RebuildError(ReceiptVerificationError):
@@ -74,6 +76,11 @@ class ExtrasCommitment:
 class LinearizedRow:
     """The verified root-to-terminal token row: ids, loss mask (1 = policy-generated), log-probs, per-call spans."""
 
+    @property
+    def call_ids(self) -> list[str]:
+        """Another name for ``model_call_ids``, kept for consumers that read it."""
+        return self.model_call_ids
+
     rollout_id: str
     token_ids: list[int]
     token_mask: list[float]
@@ -85,11 +92,6 @@ class LinearizedRow:
     link_spans: list[tuple[str, int, int]] = field(default_factory=list)
     """Per call: (id, carried prompt tokens, generated tokens)."""
     extras_commitments: list[ExtrasCommitment] = field(default_factory=list)
-
-    @property
-    def call_ids(self) -> list[str]:
-        """Another name for ``model_call_ids``, kept for consumers that read it."""
-        return self.model_call_ids
 
 
 def _check_receipt(receipt: RolloutReceipt) -> dict[str, CallRecord]:
@@ -239,9 +241,12 @@ def linearize(
     terminal_hint: str | None = None,
 ) -> LinearizedRow:
     """``verify_and_linearize`` for a caller that has only the rows and the terminal's id."""
-    if terminal_hint is None:
-        raise RebuildError("missing_terminal", "no terminal call was named")
-    receipt = RolloutReceipt(
-        rollout_id=rollout_id, terminal_model_call_id=terminal_hint, manifest=manifest, terminal_selection="declared"
-    )
-    return verify_and_linearize(receipt, snapshots)
+    if terminal_hint is not None:
+        declared = RolloutReceipt(
+            rollout_id=rollout_id,
+            terminal_model_call_id=terminal_hint,
+            manifest=manifest,
+            terminal_selection="declared",
+        )
+        return verify_and_linearize(declared, snapshots)
+    raise RebuildError("missing_terminal", "no terminal call was named")
