@@ -94,7 +94,7 @@ class VerifierFixtureResult:
 
 def load_verifier_fixture(path: str | Path) -> list[VerifierFixtureCase]:
     """The cases of a fixture file; a :class:`VerifierFixtureError` names the file and line of the first bad one."""
-    source = Path(path)
+    source = path if isinstance(path, Path) else Path(path)
     try:
         text = source.read_text(encoding="utf-8")
     except (OSError, UnicodeError) as error:
@@ -216,9 +216,9 @@ async def exercise_verifier_fixture(
     ``determinism`` is the verifier's own claim: ``seeded`` (its determinism cases are scored twice, each on a fresh
     reseeded server, and must agree), ``stochastic`` or ``unknown`` (determinism cases are skipped).
     """
+    low, high = _checked_range(reward_range)
     path = Path(fixture.cases_path)
     cases = load_verifier_fixture(path)
-    low, high = _checked_range(reward_range)
     if not isinstance(higher_is_better, bool):
         raise VerifierFixtureError("higher_is_better is True or False")
     best, worst = (high, low) if higher_is_better else (low, high)

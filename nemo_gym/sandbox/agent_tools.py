@@ -135,7 +135,7 @@ async def verify_agent_response(
     comes from the verifier's own rules; it must answer an unmasked 0 or this raises. The answer then carries the
     real response back, for inspection, with an ``agent_run_error`` failure kind.
     """
-    graded = response.model_copy(update={"output": []}) if force_zero_reward else response
+    graded = response if not force_zero_reward else response.model_copy(update={"output": []})
     payload = body.model_dump(mode="json") | {"response": graded.model_dump(mode="json")}
     answer = await client.post(server_name=server.name, url_path="/verify", json=payload, cookies=cookies)
     result: dict[str, Any] = await _ok_json(answer, server.name, "/verify")

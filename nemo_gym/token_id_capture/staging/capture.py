@@ -237,16 +237,6 @@ def _failed(call: ActiveCall) -> CommitCoords:
     return _coords(call, delta_len=0, cum_len=call.admission.prev_len, disposition="capture_failed")
 
 
-class CaptureHost:
-    """The smallest serving layer ``install_capture`` accepts: it just holds the capture."""
-
-    token_capture: RolloutTokenCapture | None = None
-
-    def install_token_capture(self, capture: RolloutTokenCapture) -> None:
-        """Keep ``capture`` as this host's ``token_capture``."""
-        self.token_capture = capture
-
-
 def install_capture(
     serving_layer: Any,
     *,
@@ -267,3 +257,13 @@ def install_capture(
     capture = RolloutTokenCapture(sink=sink, weight_version_fn=weight_version_fn, adapter=adapter)
     serving_layer.install_token_capture(capture)
     return capture
+
+
+class CaptureHost:
+    """The smallest serving layer ``install_capture`` accepts: it just holds the capture."""
+
+    token_capture: RolloutTokenCapture | None = None
+
+    def install_token_capture(self, capture: RolloutTokenCapture) -> None:
+        """Keep ``capture`` as this host's ``token_capture``."""
+        self.token_capture = capture
