@@ -20,7 +20,12 @@ directory the command runs in (the config's own values, once composed, are absol
 
 def __getattr__(name: str) -> Any:
     """``__version__`` is read from the installed metadata when first asked for: ``importlib.metadata`` takes
-    ~25 ms to import, which every server and command would pay at start-up for a value few of them use."""
+    ~25 ms to import, which every server and command would pay at start-up for a value few of them use.
+    ``_resolve_under_cwd_or_install`` is :func:`nemo_gym.config.roots.resolve_for_reading`."""
+    if name == "_resolve_under_cwd_or_install":  # NeMo Gym 0.7's name; lazy, as config.roots imports this module
+        from nemo_gym.config.roots import resolve_for_reading
+
+        return resolve_for_reading
     if name != "__version__":
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     from importlib.metadata import PackageNotFoundError, version

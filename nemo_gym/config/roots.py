@@ -17,7 +17,7 @@ gets them explicitly, through :func:`child_env`.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
@@ -83,3 +83,15 @@ def find_path(path: str | Path, also_relative_to: Path | None = None) -> Path | 
         if candidate.exists():
             return candidate.resolve()
     return None
+
+
+def resolve_for_reading(path: str | Path, *, validator: Callable[[Path], bool] | None = None) -> Path:
+    """Where a file to be read lives: the first root (in :func:`search_roots` order) under which ``validator`` (by
+    default: it exists) accepts ``path``; an absolute path as it is. When no root has it, the path under the first
+    root, so that the error a caller then raises names the user's own location, not the install's."""
+    path = Path(path)
+    if path.is_absolute():
+        return path
+    accepts = validator or Path.exists
+    roots = search_roots()
+    return next((root / path for root in roots if accepts(root / path)), roots[0] / path)

@@ -79,3 +79,16 @@ def test_parent_dir_is_the_checkout_that_holds_the_working_directory(checkout: P
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     assert _parent_dir_seen_from(elsewhere) == INSTALL_DIR
+
+
+def test_nemo_gym_07s_read_path_resolver_searches_the_same_roots(
+    checkout: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from nemo_gym import _resolve_under_cwd_or_install as resolve
+
+    monkeypatch.chdir(checkout / "resources_servers" / "judge_env")
+    assert resolve(PROMPT) == checkout.resolve() / PROMPT  # found in the checkout, from inside its server folder
+    assert resolve("README.md") == INSTALL_DIR / "README.md"  # the install root comes last
+    # a validator that accepts no candidate: the path under the first root, where the user would put it
+    assert resolve(PROMPT, validator=lambda p: False) == Path.cwd().resolve() / PROMPT
+    assert resolve(tmp_path / "absolute.txt") == tmp_path / "absolute.txt"
