@@ -53,12 +53,29 @@ from stack_probe import (  # noqa: E402
 )
 
 from nemo_gym.launcher import running_servers  # noqa: E402
+from nemo_gym.row_fields import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY  # noqa: E402
 from nemo_gym.transport import access  # noqa: E402
 
 ENVIRONMENT = "example_single_tool_call"
 AGENT = f"{ENVIRONMENT}_simple_agent"
+EPISODE_CONFIG = REPO / "environments" / "example_single_tool_call_episode" / "config.yaml"
+ENVIRONMENT_SERVER = f"{ENVIRONMENT}_environment_server"
+"""``--path relay`` and ``--path episode``: the environment server put in front of the agent."""
+RELAY = {
+    ENVIRONMENT_SERVER: {
+        "environment_servers": {
+            "legacy_agent": {"entrypoint": "app.py", "agent_server": {"type": "responses_api_agents", "name": AGENT}}
+        }
+    }
+}
+"""``--path relay``: NeMo Gym 0.7's ``legacy_agent`` relay declared in front of the weather agent."""
 NO_PROGRESS_ABORT_S = 60.0
-ROLES = {"responses_api_agents": "agent", "responses_api_models": "model", "resources_servers": "resources"}
+ROLES = {
+    "responses_api_agents": "agent",
+    "responses_api_models": "model",
+    "resources_servers": "resources",
+    "environment_servers": "episode",
+}
 """Short names for the collect table's CPU columns."""
 
 
@@ -126,6 +143,8 @@ class RawClient:
 
 
 CLIENTS: dict[str, type[FrameworkClient | RawClient]] = {"framework": FrameworkClient, "raw": RawClient}
+PATHS = ("direct", "relay", "episode")
+"""Where a rollout enters the stack (``--path``)."""
 COLLECT = "collect"
 """The third ``--client``: no driver of ours, the whole ``gym eval run --no-serve`` command (``collect_point.py``)."""
 
@@ -157,9 +176,11 @@ async def drive(
         while not state["stop_issuing"] and state["next"] < total:
             i = state["next"]
             state["next"] = i + 1
+            # Indexed as `gym eval run` indexes rows: each rollout its own id (an episode's id comes from them).
+            row = rows[i % len(rows)] | {TASK_INDEX_KEY: i % len(rows), ROLLOUT_INDEX_KEY: i // len(rows)}
             started = clock()
             try:
-                status, body = await client.post(url, rows[i % len(rows)])
+                status, body = await client.post(url, row)
                 if status != 200:
                     failures[f"http_{status}"] += 1
                 elif orjson.loads(body).get("reward") != 1.0:
@@ -346,6 +367,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "(rows = rollouts per point) and times it start to exit, with steady state and start-up tax",
     )
     parser.add_argument(
+        "--path",
+        choices=PATHS,
+        default="direct",
+        help="direct: rollouts go to the agent's /run (default);\n"
+        "relay: to an environment server in front of it that relays /run (legacy_agent), NeMo Gym 0.7's hop;\n"
+        "episode: to single_agent_turn_legacy, which runs 0.7's episode: it seeds the resources session,\n"
+        "opens, drives and closes an agent session, verifies and closes the resources session",
+    )
+    parser.add_argument(
         "--override",
         action="append",
         default=[],
@@ -385,9 +415,15 @@ def main(argv: list[str] | None = None) -> int:
     with contextlib.ExitStack() as stack_cm:
         workdir = args.keep_logs or Path(stack_cm.enter_context(tempfile.TemporaryDirectory(prefix="rollout-bench-")))
         configs = [
-            REPO / "resources_servers" / ENVIRONMENT / "configs" / f"{ENVIRONMENT}.yaml",
+            EPISODE_CONFIG
+            if args.path == "episode"
+            else REPO / "resources_servers" / ENVIRONMENT / "configs" / f"{ENVIRONMENT}.yaml",
             REPO / "responses_api_models" / "scripted_model" / "configs" / "scripted_model.yaml",
         ]
+        if args.path == "relay":
+            relay = workdir / "relay.yaml"
+            relay.write_text(json.dumps(RELAY))  # JSON is YAML
+            configs.append(relay)
         overrides = [
             "+config_paths=[" + ",".join(str(c) for c in configs) + "]",
             "+shared_venv=true",
@@ -408,9 +444,10 @@ def main(argv: list[str] | None = None) -> int:
         host, _, port = run.head_url.removeprefix("http://").rpartition(":")
         model_pid = next(s.popen.pid for s in run.servers if s.popen and s.implementation == "scripted_model")
         roles = {s.name: ROLES.get(s.server_type, s.server_type) for s in run.servers}
-        target = Target(f"{run.urls[AGENT]}/run", rows, (host, int(port)), model_pid, workdir)
+        entry = AGENT if args.path == "direct" else ENVIRONMENT_SERVER
+        target = Target(f"{run.urls[entry]}/run", rows, (host, int(port)), model_pid, workdir)
         pids = ", ".join(f"{s.name} (pid {s.popen.pid})" for s in run.servers if s.popen is not None)
-        print(f"stack ready in {startup_s:.1f} s: {pids}; client: {args.client}", flush=True)
+        print(f"stack ready in {startup_s:.1f} s: {pids}; client: {args.client}, path: {args.path}", flush=True)
         results = run_sweep(stack, target, levels, args, driver_loop_factory)
 
     summaries = summarize(results)
@@ -435,6 +472,7 @@ def main(argv: list[str] | None = None) -> int:
             "startup_s": round(startup_s, 2),
             "driver_loop": args.loop,
             "client": args.client,
+            "path": args.path,
             "process_roles": roles,
             "overrides": args.override,
             "server_env": args.server_env,
