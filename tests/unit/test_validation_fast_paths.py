@@ -149,7 +149,10 @@ def test_a_verify_body_rebuilt_by_the_environment_idiom_is_unchanged() -> None:
     rebuilt = BaseVerifyResponse(**body.model_dump(), reward=1.0)
     assert rebuilt.response == body.response
     assert rebuilt.responses_create_params == body.responses_create_params
-    assert rebuilt.model_dump_json(exclude={"reward"}) == body.model_dump_json()
+    # what a verify response adds to its request: the reward, and NeMo Gym 0.7's mask and typed-failure fields
+    added = {"reward", "mask_sample", "failure_kind", "failure_reason"}
+    assert added == set(BaseVerifyResponse.model_fields) - set(BaseVerifyRequest.model_fields)
+    assert rebuilt.model_dump_json(exclude=added) == body.model_dump_json()
 
 
 @pytest.mark.parametrize(

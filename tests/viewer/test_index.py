@@ -51,12 +51,14 @@ def test_filters_combine_and_failures_join_the_list(tmp_path: Path) -> None:
     run = Run(0, path)
     run.refresh()
     assert run.select(Filters(reward=0.0)) == [("r", 1), ("r", 2)]
-    assert run.select(Filters(failure="timeout")) == [("f", 0), ("f", 1)]
+    # failures are grouped by their kind (nemo_gym.failure_kinds): the class `timeout` is an `agent_timeout`
+    assert run.select(Filters(failure="agent_timeout")) == [("f", 0), ("f", 1)]
+    assert run.select(Filters(failure="timeout")) == []
     assert run.select(Filters(min_tools=2, task=2)) == [("r", 2)]
     assert run.select(Filters(text="COLD.")) == [("r", 0)]
     assert run.select(Filters(sort="reward", descending=True))[0] == ("r", 0)
     overview = run.overview()
-    assert overview["failures_by_class"] == [("timeout", 2)] and overview["rollouts"] == 3
+    assert overview["failures_by_class"] == [("agent_timeout", 2)] and overview["rollouts"] == 3
     assert json.loads(path.with_name("run_aggregate_metrics.json").read_text()) == run.metrics()
 
 

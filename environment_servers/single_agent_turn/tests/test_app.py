@@ -4,6 +4,7 @@ sessions are closed on every outcome."""
 
 from __future__ import annotations
 
+import copy
 import json
 import socket
 from typing import Any
@@ -71,7 +72,7 @@ def _servers(client: Any, **env: Any) -> dict[str, Any]:
 
 
 def _episode(rollout_id: str = "0-0") -> dict[str, Any]:
-    params = ROW["responses_create_params"]
+    params = copy.deepcopy(ROW["responses_create_params"])  # a test may change it; the next one gets it whole
     return {
         "episode_id": {"rollout_id": rollout_id, "attempt": 0},
         "task": {"task_id": {"taskset": "weather", "task_id": "0"},
