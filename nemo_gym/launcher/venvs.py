@@ -8,7 +8,8 @@ of ``dev``: the libraries NeMo Gym's core and its ``dev`` extra install into eve
 without declaring, and the same ``openai`` pin.
 
 Cache layout: ``<cache_dir>/venvs/<server_type>/<impl>-<key>/``, where the key hashes the requirements (or
-pyproject) text, the implementation directory, the Python version and the framework's pyproject. A venv counts only
+pyproject) text, the implementation directory, the Python version, the framework's pyproject and the torch build
+pinned from the launcher's environment (:func:`launcher_torch_pin`). A venv counts only
 once its completion marker exists; the marker is written last, so a failed or interrupted build is never reused (the
 next launch deletes the leftover and builds again). A file lock next to the venv keeps two launches from building the
 same venv at once; the second waits and then reuses the first one's result.
@@ -224,6 +225,8 @@ class VenvSpec:
     """Another framework source tree installed in place of ours (None: ours)."""
     install_args: tuple[str, ...] = ()
     """Extra ``uv pip install`` arguments (e.g. ``--python-version``)."""
+    constraints: tuple[str, ...] = ()
+    """Pins applied if the venv needs the package at all (see :func:`launcher_torch_pin`)."""
 
     @property
     def python(self) -> Path:
@@ -267,6 +270,8 @@ def venv_spec(
         )
     kind: Literal["requirements", "pyproject"] = "requirements" if requirements.is_file() else "pyproject"
     spec_file = requirements if kind == "requirements" else pyproject
+    torch_pin = launcher_torch_pin() if python_version == platform.python_version() else None
+    constraints = (torch_pin,) if torch_pin else ()
     digest = hashlib.sha256()
     for part in (
         _LAYOUT_VERSION.encode(),
@@ -275,7 +280,7 @@ def venv_spec(
         str(impl_dir.resolve()).encode(),
         python_version.encode(),
         _framework_fingerprint(framework_dir),
-        *_optional_key_parts(impl_dir, framework_dir, install_args),
+        *_optional_key_parts(impl_dir, framework_dir, install_args + constraints),
     ):
         digest.update(len(part).to_bytes(8, "little"))
         digest.update(part)
@@ -283,7 +288,7 @@ def venv_spec(
     path = cache_dir / "venvs" / server_type / f"{implementation}-{key}"
     return VenvSpec(
         server_type, implementation, impl_dir.resolve(), kind, spec_file, python_version, key, path,
-        framework_dir, install_args,
+        framework_dir, install_args, constraints,
     )  # fmt: skip
 
 
@@ -358,14 +363,42 @@ def wheelhouse_dir() -> Path:
     return Path(os.environ.get(WHEELHOUSE_ENV_VAR) or Path.home() / ".cache" / "nemo-gym" / "wheels")
 
 
+def local_wheel_folders() -> list[Path]:
+    """Folders of wheel files offered to every venv build: the wheelhouse, then pip's own find-links
+    (``PIP_FIND_LINKS``, which uv does not read), those that exist."""
+    folders = [wheelhouse_dir(), *(Path(p) for p in os.environ.get("PIP_FIND_LINKS", "").split())]
+    return [folder for folder in dict.fromkeys(folders) if folder.is_dir()]
+
+
+def launcher_torch_pin() -> str | None:
+    """``torch==<version>`` of the torch beside the launcher, when a server venv can install that same build.
+
+    PyPI's Linux torch brings several GB of CUDA runtime; a server that needs torch (``hf_policy_model``: the
+    ``train`` extra) gets the build the core venv already has instead, a CPU build from a local wheel folder
+    included. None when the launcher has no torch, or has a local build (``+cpu``) no wheel folder holds.
+    """
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        installed = version("torch")
+    except PackageNotFoundError:
+        return None
+    if "+" in installed and not any(any(f.glob(f"torch-{installed}-*.whl")) for f in local_wheel_folders()):
+        return None
+    return f"torch=={installed}"
+
+
 def _build(spec: VenvSpec, ctx: BuildContext) -> None:
     uv = find_uv()
     python = sys.executable if spec.python_version == platform.python_version() else spec.python_version
     _run(ctx, [uv, "venv", "--python", python, str(spec.path)], spec.impl_dir)
     install = [uv, "pip", "install", "--python", str(spec.python)]
-    wheelhouse = wheelhouse_dir()
-    if wheelhouse.is_dir():
-        install += ["--find-links", str(wheelhouse)]
+    for folder in local_wheel_folders():
+        install += ["--find-links", str(folder)]
+    if spec.constraints:
+        pins = spec.path / "nemo_gym_constraints.txt"
+        pins.write_text("\n".join(spec.constraints) + "\n")
+        install += ["--constraint", str(pins)]
     if ctx.verbose:
         install.append("-v")
     install += spec.install_args

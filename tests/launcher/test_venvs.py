@@ -261,3 +261,38 @@ def test_waiting_for_a_lock_stops_when_the_launch_is_cancelled(tmp_path: Path) -
         thread.join(timeout=HANG_GUARD_S)
     assert not thread.is_alive() and isinstance(errors[0], BuildCancelled)
     assert not spec.path.exists()
+
+
+def test_a_server_venv_gets_the_launchers_torch_build_when_it_can_be_installed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib.metadata
+
+    from nemo_gym.launcher import venvs
+
+    installed = {"torch": "2.13.0+cpu"}
+
+    def version(name: str) -> str:
+        if name not in installed:
+            raise importlib.metadata.PackageNotFoundError(name)
+        return installed[name]
+
+    monkeypatch.setattr(importlib.metadata, "version", version)
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    monkeypatch.setenv("NEMO_GYM_WHEELHOUSE", str(tmp_path / "none"))
+    monkeypatch.setenv("PIP_FIND_LINKS", f"{wheels} {tmp_path / 'missing'}")
+    assert venvs.local_wheel_folders() == [wheels]
+    assert venvs.launcher_torch_pin() is None  # a local build that no wheel folder holds: PyPI cannot give it
+    (wheels / "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").touch()
+    assert venvs.launcher_torch_pin() == "torch==2.13.0+cpu"
+    impl = make_server(tmp_path, "needs_torch", requirements="six==1.16.0\n")
+    pinned = venv_spec("resources_servers", "needs_torch", impl, tmp_path / "cache", platform.python_version())
+    assert pinned.constraints == ("torch==2.13.0+cpu",)
+    assert venv_spec("resources_servers", "needs_torch", impl, tmp_path / "cache", "3.99.0").constraints == ()
+    installed["torch"] = "2.15.0"  # from the package index: always installable
+    assert venvs.launcher_torch_pin() == "torch==2.15.0"
+    repinned = venv_spec("resources_servers", "needs_torch", impl, tmp_path / "cache", platform.python_version())
+    assert repinned.key != pinned.key  # another torch, another venv
+    del installed["torch"]
+    assert venvs.launcher_torch_pin() is None
