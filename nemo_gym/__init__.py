@@ -3,10 +3,7 @@
 from pathlib import Path
 from typing import Any
 
-from nemo_gym.checkout import working_checkout
-
-INSTALL_DIR = Path(__file__).resolve().parent.parent
-"""The directory that holds our `nemo_gym/`, `environments/` and our own server folders: the install root."""
+from nemo_gym.checkout import INSTALL_DIR, working_checkout
 
 PARENT_DIR = working_checkout(Path.cwd().resolve()) or INSTALL_DIR
 """NeMo Gym's name for its checkout root, where code written for it finds `resources_servers/…` and the like: the
@@ -21,9 +18,9 @@ directory the command runs in (the config's own values, once composed, are absol
 def __getattr__(name: str) -> Any:
     """``__version__`` is read from the installed metadata when first asked for: ``importlib.metadata`` takes
     ~25 ms to import, which every server and command would pay at start-up for a value few of them use.
-    ``_resolve_under_cwd_or_install`` is :func:`nemo_gym.config.roots.resolve_for_reading`."""
-    if name == "_resolve_under_cwd_or_install":  # NeMo Gym 0.7's name; lazy, as config.roots imports this module
-        from nemo_gym.config.roots import resolve_for_reading
+    ``_resolve_under_cwd_or_install`` is :func:`nemo_gym.roots.resolve_for_reading`."""
+    if name == "_resolve_under_cwd_or_install":  # NeMo Gym 0.7's name
+        from nemo_gym.roots import resolve_for_reading
 
         return resolve_for_reading
     if name != "__version__":

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+INSTALL_DIR = Path(__file__).resolve().parent.parent
+"""The directory that holds our `nemo_gym/`, `environments/` and our own server folders: the install root."""
+
 SERVER_FOLDERS: tuple[str, ...] = (
     "responses_api_models",
     "resources_servers",

@@ -21,6 +21,7 @@ LAYERS: dict[str, int] = {
     # 2: wire format and helpers that know nothing of servers
     "__init__": 2,
     "checkout": 2,
+    "roots": 2,
     "openai_base": 2,
     "openai_chat_utils": 2,
     "openai_responses": 2,
