@@ -77,3 +77,20 @@ def test_the_startup_floor_times_each_stage_in_a_fresh_interpreter() -> None:
     for row in rows:
         medians = [float(cell) for cell in row.split()[1::2]]  # "median (fastest)" per stage
         assert len(medians) == 5 and all(seconds > 0 for seconds in medians)
+
+
+@pytest.mark.parametrize("path", ["relay", "episode"])
+def test_an_environment_server_in_the_path_is_measured_as_its_own_process(path: str, tmp_path: Path) -> None:
+    """--path puts NeMo Gym 0.7's environment server in front of the agent; the collect command reaches the agent
+    through it, and its CPU is a column of its own."""
+    out = tmp_path / "bench.json"
+    argv = [sys.executable, str(SCRIPT), "--client", "collect", "--path", path, "--concurrency", "4"]
+    argv += ["--rollouts-per-point", "12", "--rounds", "1", "--warmup", "2", "--json", str(out)]
+    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=200)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    report = json.loads(out.read_text())
+    assert report["path"] == path
+    assert report["process_roles"]["example_single_tool_call_environment_server"] == "env server"
+    (point,) = report["points"]
+    assert (point["ok"], point["failures"]) == (12, {})
+    assert point["cpu_s_by_process"]["example_single_tool_call_environment_server"] > 0  # the rollouts went through it

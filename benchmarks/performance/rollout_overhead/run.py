@@ -74,7 +74,7 @@ ROLES = {
     "responses_api_agents": "agent",
     "responses_api_models": "model",
     "resources_servers": "resources",
-    "environment_servers": "episode",
+    "environment_servers": "env server",
 }
 """Short names for the collect table's CPU columns."""
 
