@@ -14,7 +14,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 TASK_INDEX_KEY_NAME = "_ng_task_index"
 ROLLOUT_INDEX_KEY_NAME = "_ng_rollout_index"
@@ -59,14 +59,12 @@ class AggregateMetricsRequest(BaseModel):
 
 
 class AggregateMetrics(BaseModel):
-    """Response from /aggregate_metrics.
+    """What ``/aggregate_metrics`` answers: the run's metrics under flat string keys, ready to log as they are. Each
+    part may be left out (NeMo Gym 0.7's agents answer ``agent_metrics`` alone) and reads as empty."""
 
-    Flat string keys for direct logging to W&B/MLflow.
-    """
-
-    agent_metrics: dict[str, Any]
-    key_metrics: dict[str, Any]
-    group_level_metrics: list[dict[str, Any]]
+    agent_metrics: dict[str, Any] = Field(default_factory=dict)
+    key_metrics: dict[str, Any] = Field(default_factory=dict)
+    group_level_metrics: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class WANDBConfig(BaseModel):
