@@ -15,7 +15,7 @@ TORCH_WHEEL ?= $(firstword $(wildcard $(addsuffix /torch-*+cpu-$(PYTAG)-*.whl,$(
 # a machine that sets PYTHONDONTWRITEBYTECODE would otherwise recompile every import in every server process.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: setup browser demo test lint format clean
+.PHONY: setup browser containers demo test lint format clean
 
 setup: $(STAMP)
 
@@ -44,9 +44,19 @@ browser:
 		echo "Installing chromium and chromium-driver (apt-get) for the viewer's browser tests ..."; \
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium chromium-driver; }
 
+# Real containers for the docker sandbox provider (repo_repair, tests/sandbox): podman, runc and mmdebstrap from
+# Debian when missing (as root, or through sudo), then podman's settings and the base image, built from Debian
+# packages since no image registry is needed (`gym env containers`; seconds when everything is already there).
+containers: setup
+	@command -v podman >/dev/null && command -v runc >/dev/null && command -v mmdebstrap >/dev/null || { \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		echo "Installing podman, runc and mmdebstrap (apt-get) for real containers ..."; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq podman runc mmdebstrap; }
+	$(BIN)/gym env containers
+
 # Lint and type check ([tool.mypy] in pyproject.toml says what), the core suite, then every server's own tests in its
 # own venv plus the data checks (gym env test = ng_test_all).
-test: setup browser
+test: setup browser containers
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping, Sequence
 
-__all__ = ["CPU_CAP_ENV_VARS", "cpu_cap_env", "rewrite_image"]
+__all__ = ["CPU_CAP_ENV_VARS", "command_leaving_nothing", "cpu_cap_env", "rewrite_image"]
 
 CPU_CAP_ENV_VARS: tuple[str, ...] = (
     # Toolchains outside Python: CMake, Go, libuv (Node), Rust and cargo.
@@ -61,3 +62,15 @@ def rewrite_image(image: str | None, rewrites: Sequence[Mapping[str, str]]) -> s
         if image.startswith(prefix):
             return rule["to"] + image[len(prefix) :]
     return image
+
+
+def command_leaving_nothing(command: str, timeout_s: float) -> str:
+    """A POSIX shell line that runs ``command`` with a deadline and then kills everything it started.
+
+    The command runs in a process group of its own (``setsid``) under ``timeout``; when it ends, or at the deadline,
+    the whole group gets SIGKILL, so a background job, a daemon or a fork bomb (held to the container's process
+    limit) does not outlive the call and the next command finds the sandbox as it was. The exit status is the
+    command's, or 124 at the deadline. Needs ``setsid`` and ``timeout`` (util-linux and coreutils, or busybox).
+    """
+    wrapper = 'setsid timeout -k 2 "$1" sh -c "$0" & p=$!; wait $p; rc=$?; kill -9 -$p 2>/dev/null; exit $rc'
+    return f"sh -c {shlex.quote(wrapper)} {shlex.quote(command)} {timeout_s:g}"

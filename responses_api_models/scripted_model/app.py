@@ -4,6 +4,10 @@ For testing agent logic and for benchmarks of the framework's own overhead: a re
 Responses and Chat Completions API as any model server, but with no model behind it. Turn ``i`` of a rollout (``i`` =
 number of tool results already in the input) answers with ``script[i]``; past the end of the script it repeats the
 last turn. Replies are stateless, so any number of concurrent rollouts can share one server.
+
+Per-task scripts: ``scripts_file`` names a JSONL file, read once at start, of ``{"match": ..., "script": ...}`` lines;
+a request whose input text (its messages' text) contains a line's ``match`` replays that line's script (the first such
+line wins), any other request replays ``script``.
 """
 
 from __future__ import annotations
@@ -11,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Any, TypeVar
 
 import orjson
@@ -19,34 +25,48 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, Field, ValidationError
 
 from nemo_gym.base_responses_api_model import BaseResponsesAPIModelConfig, SimpleResponsesAPIModel
+from nemo_gym.errors import ConfigError
 from nemo_gym.openai_utils import NeMoGymChatCompletionCreateParamsNonStreaming, NeMoGymResponseCreateParamsNonStreaming
 from nemo_gym.server_utils import json_response
 
-DEFAULT_SCRIPT: list[list[dict[str, Any]]] = [
+Script = list[list[dict[str, Any]]]
+"""Output items per turn."""
+
+DEFAULT_SCRIPT: Script = [
     [{"type": "function_call", "name": "get_weather", "arguments": '{"city": "Paris"}'}],
     [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "It is cold there."}]}],
 ]
 
 
 class ScriptedModelConfig(BaseResponsesAPIModelConfig):
-    script: list[list[dict[str, Any]]] = Field(default_factory=lambda: DEFAULT_SCRIPT)
+    script: Script = Field(default_factory=lambda: DEFAULT_SCRIPT)
     """Output items per turn; ids, call ids and statuses are filled in."""
     model_name: str = "scripted"
     reply_delay_s: float = Field(default=0.0, ge=0)
     """Seconds each reply waits before it is sent: a slow model, or (large) a hung one, for fault tests."""
+    scripts_file: str | None = None
+    """JSONL of ``{"match": str, "script": [[items], ...]}`` lines: per-task scripts, chosen by text in the input."""
 
 
 class ScriptedModel(SimpleResponsesAPIModel):
     config: ScriptedModelConfig
 
     def model_post_init(self, context: Any) -> None:
+        super().model_post_init(context)
         self._ids = itertools.count()
+        # Read once here, so a bad file stops the server at start rather than failing requests.
+        self._scripts = _load_scripts(self.config.scripts_file) if self.config.scripts_file else []
 
     def model_ids(self) -> list[str]:
         return [self.config.model_name]
 
-    def _turn(self, finished_tool_calls: int) -> list[dict[str, Any]]:
-        return self.config.script[min(finished_tool_calls, len(self.config.script) - 1)]
+    def _turn(self, finished_tool_calls: int, texts: Iterable[str]) -> list[dict[str, Any]]:
+        """The items to answer with: the first per-task script whose match is in ``texts``, else ``script``."""
+        script = self.config.script
+        if self._scripts:
+            text = "\0".join(texts)  # joined once; NUL keeps a match from spanning two messages
+            script = next((found for match, found in self._scripts if match in text), script)
+        return script[min(finished_tool_calls, len(script) - 1)]
 
     async def _delay(self) -> None:
         if self.config.reply_delay_s:
@@ -60,7 +80,8 @@ class ScriptedModel(SimpleResponsesAPIModel):
         items = body.input if isinstance(body.input, list) else []
         finished = sum(1 for item in items if getattr(item, "type", None) == "function_call_output")
         number = next(self._ids)
-        output = [_complete_item(item, number, i) for i, item in enumerate(self._turn(finished))]
+        texts = [body.input] if isinstance(body.input, str) else _message_texts(items)
+        output = [_complete_item(item, number, i) for i, item in enumerate(self._turn(finished, texts))]
         input_tokens = _input_size(raw) // 4
         output_tokens = sum(len(orjson.dumps(item)) for item in output) // 4
         return json_response(
@@ -93,7 +114,7 @@ class ScriptedModel(SimpleResponsesAPIModel):
         number = next(self._ids)
         text_parts: list[str] = []
         tool_calls: list[dict[str, Any]] = []
-        for i, item in enumerate(self._turn(finished)):
+        for i, item in enumerate(self._turn(finished, _message_texts(body.messages))):
             if item.get("type") == "function_call":
                 call_id = item.get("call_id") or f"call_{number}_{i}"
                 tool_calls.append(
@@ -118,6 +139,57 @@ class ScriptedModel(SimpleResponsesAPIModel):
                 "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
             }
         )
+
+
+def _message_texts(messages: Iterable[Any]) -> Iterator[str]:
+    """The text of each message: its string content, or the ``text`` of its content parts. Lazy, so a server without
+    per-task scripts never walks the input."""
+    for message in messages:
+        if getattr(message, "type", "message") != "message":
+            continue  # a tool call, tool output or reasoning item (chat messages have no type)
+        content = getattr(message, "content", None)
+        if isinstance(content, str):
+            yield content
+        elif isinstance(content, list):
+            yield from (text for part in content if isinstance(text := getattr(part, "text", None), str))
+
+
+def _load_scripts(path: str) -> list[tuple[str, Script]]:
+    """The ``(match, script)`` pairs of a scripts file, in file order; any bad line is a config error that names it."""
+    shape = 'each line must be {"match": "<text>", "script": [[<turn 0 items>], [<turn 1 items>], ...]}'
+    try:
+        lines = Path(path).read_text(encoding="utf-8").split("\n")  # not splitlines: JSON strings may hold U+2028
+    except (OSError, UnicodeDecodeError) as error:
+        reason = getattr(error, "strerror", None) or error
+        raise ConfigError(
+            f"scripts_file {path}: cannot read it ({reason}); give a UTF-8 file's path, relative to {Path.cwd()} or "
+            "absolute"
+        ) from error
+    scripts: list[tuple[str, Script]] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            entry = orjson.loads(line)
+        except orjson.JSONDecodeError as error:
+            raise ConfigError(
+                f"scripts_file {path} line {number}: not JSON ({error.msg} at column {error.colno}); {shape}"
+            ) from error
+        match = entry.get("match") if isinstance(entry, dict) else None
+        script = entry.get("script") if isinstance(entry, dict) else None
+        if not isinstance(match, str) or not match:
+            raise ConfigError(f"scripts_file {path} line {number}: needs a non-empty string 'match'; {shape}")
+        if not (
+            isinstance(script, list)
+            and script
+            and all(isinstance(turn, list) and turn and all(isinstance(i, dict) for i in turn) for turn in script)
+        ):
+            raise ConfigError(
+                f"scripts_file {path} line {number}: 'script' must be a non-empty list of non-empty lists of items; "
+                f"{shape}"
+            )
+        scripts.append((match, script))
+    return scripts
 
 
 def _complete_item(item: dict[str, Any], number: int, index: int) -> dict[str, Any]:

@@ -58,7 +58,7 @@ def test_providers_construct_without_their_runtime(empty_path: Path) -> None:
 async def test_docker_missing_binary(empty_path: Path) -> None:
     with pytest.raises(SandboxCreateError) as error:
         await AsyncSandbox({"docker": {}}).start(SandboxSpec(image="ubuntu:22.04"))
-    _assert_one_clear_line(error.value, "`docker` command is not on PATH", "install Docker")
+    _assert_one_clear_line(error.value, "no `podman` or `docker` command on PATH", "install podman", "Docker Engine")
 
 
 async def test_docker_daemon_not_running(empty_path: Path) -> None:

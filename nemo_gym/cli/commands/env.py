@@ -35,6 +35,21 @@ def validate(invocation: Invocation) -> int:
     return 0
 
 
+def containers(invocation: Invocation) -> int:
+    """Make the container runtime ready for the ``docker`` sandbox provider: podman's settings and the base image
+    built from Debian packages. Idempotent: seconds when everything is there."""
+    from nemo_gym.sandbox.providers.docker.runtime import base_image_tag, ensure_base_image, find_runtime, image_exists
+
+    runtime = find_runtime()
+    settings = f", settings {runtime.env['CONTAINERS_CONF']}" if "CONTAINERS_CONF" in runtime.env else ""
+    console.print(f"Container runtime: {runtime.kind} ({runtime.binary}){settings}")
+    tag = base_image_tag()
+    if not image_exists(runtime, tag):
+        console.print(f"Building the base image {tag} from Debian packages (about a minute) ...")
+    console.print(f"Base image: {ensure_base_image(runtime)}")
+    return 0
+
+
 COMMANDS = (
     Command(
         "env",
@@ -51,5 +66,12 @@ COMMANDS = (
         validate,
         CONFIG_FLAGS + MODEL_FLAGS,
         examples=("example: gym env validate --environment my_env",),
+    ),
+    Command(
+        "env",
+        "containers",
+        "make the container runtime ready for the docker sandbox provider (settings, base image)",
+        containers,
+        examples=("example: gym env containers",),
     ),
 )

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from unittest.mock import MagicMock
 
+import orjson
+import pytest
 from fastapi.testclient import TestClient
 
+from nemo_gym.errors import ConfigError
 from nemo_gym.openai_utils import NeMoGymChatCompletion, NeMoGymResponse
 from nemo_gym.server_utils import ServerClient
 from responses_api_models.scripted_model.app import ScriptedModel, ScriptedModelConfig
@@ -50,8 +53,6 @@ def test_chat_completions_follow_the_same_script():
 def test_input_tokens_are_a_quarter_of_the_input_as_json():
     """The estimate counts the request's input in compact JSON: as sent, which for a request that validation keeps
     whole is the validated input dumped again."""
-    import orjson
-
     from nemo_gym.openai_utils import NeMoGymResponseCreateParamsNonStreaming
 
     api = client()
@@ -71,3 +72,100 @@ def test_input_tokens_are_a_quarter_of_the_input_as_json():
         dumped = validated.model_dump(mode="json", exclude_unset=True, include={"input"})["input"]
         usage = api.post("/v1/responses", json=body).json()["usage"]
         assert usage["input_tokens"] == len(orjson.dumps(dumped)) // 4 == len(orjson.dumps(body["input"])) // 4
+
+
+def _answer(text: str) -> list[dict]:
+    return [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}]
+
+
+def _scripts_file(tmp_path, *lines: str):
+    path = tmp_path / "scripts.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def _line(match: str, *turns: list[dict]) -> str:
+    return orjson.dumps({"match": match, "script": list(turns)}).decode()
+
+
+def test_a_matching_request_replays_that_lines_script_on_every_turn(tmp_path):
+    call = {"type": "function_call", "name": "lookup", "arguments": "{}", "call_id": "call_task7"}
+    scripts = _scripts_file(tmp_path, _line("task 7", [call], _answer("seven")), "", _line("task 8", _answer("eight")))
+    api = client(scripts_file=str(scripts))
+    first = NeMoGymResponse.model_validate(
+        api.post("/v1/responses", json={"input": [{"role": "user", "content": "solve task 7 now"}]}).json()
+    )
+    assert first.output[0].type == "function_call" and first.output[0].name == "lookup"
+    follow_up = {
+        "input": [
+            {"role": "user", "content": [{"type": "input_text", "text": "solve task 7 now"}]},
+            first.output[0].model_dump(mode="json"),
+            {"type": "function_call_output", "call_id": "call_task7", "output": "done"},
+        ]
+    }
+    second = NeMoGymResponse.model_validate(api.post("/v1/responses", json=follow_up).json())
+    assert second.output_text == "seven"
+    eight = api.post("/v1/responses", json={"input": "task 8"}).json()
+    assert NeMoGymResponse.model_validate(eight).output_text == "eight"
+
+
+def test_a_request_that_matches_no_line_replays_the_default_script(tmp_path):
+    api = client(scripts_file=str(_scripts_file(tmp_path, _line("task 7", _answer("seven")))))
+    first = NeMoGymResponse.model_validate(api.post("/v1/responses", json={"input": "weather?"}).json())
+    assert first.output[0].type == "function_call" and first.output[0].name == "get_weather"
+    # Text outside message items (here a tool's output) is not matched.
+    other = {
+        "input": [
+            {"role": "user", "content": "weather?"},
+            {"type": "function_call_output", "call_id": "c", "output": "task 7"},
+        ]
+    }
+    assert NeMoGymResponse.model_validate(api.post("/v1/responses", json=other).json()).output_text == (
+        "It is cold there."
+    )
+
+
+def test_the_first_matching_line_wins(tmp_path):
+    scripts = _scripts_file(tmp_path, _line("task", _answer("first")), _line("task 7", _answer("second")))
+    answer = client(scripts_file=str(scripts)).post("/v1/responses", json={"input": "task 7"}).json()
+    assert NeMoGymResponse.model_validate(answer).output_text == "first"
+
+
+def test_chat_completions_pick_scripts_by_match_too(tmp_path):
+    call = {"type": "function_call", "name": "lookup", "arguments": "{}"}
+    api = client(scripts_file=str(_scripts_file(tmp_path, _line("task 7", [call], _answer("seven")))))
+    first = NeMoGymChatCompletion.model_validate(
+        api.post(
+            "/v1/chat/completions",
+            json={"messages": [{"role": "user", "content": [{"type": "text", "text": "task 7"}]}]},
+        ).json()
+    )
+    tool_call = first.choices[0].message.tool_calls[0]
+    assert tool_call.function.name == "lookup"
+    messages = [
+        {"role": "user", "content": "task 7"},
+        {"role": "assistant", "content": None, "tool_calls": [tool_call.model_dump(mode="json")]},
+        {"role": "tool", "tool_call_id": tool_call.id, "content": "done"},
+    ]
+    second = NeMoGymChatCompletion.model_validate(api.post("/v1/chat/completions", json={"messages": messages}).json())
+    assert second.choices[0].message.content == "seven"
+    other = api.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "weather?"}]}).json()
+    assert NeMoGymChatCompletion.model_validate(other).choices[0].message.tool_calls[0].function.name == "get_weather"
+
+
+def test_a_bad_scripts_file_stops_the_server_naming_the_file_and_line(tmp_path):
+    scripts = _scripts_file(tmp_path, _line("task 7", _answer("seven")), "{not json")
+    with pytest.raises(ConfigError, match=r"scripts\.jsonl line 2: not JSON") as caught:
+        client(scripts_file=str(scripts))
+    assert str(scripts) in str(caught.value) and "\n" not in str(caught.value)
+    for bad, problem in (
+        ('{"script": [[{"type": "message"}]]}', "'match'"),
+        ('{"match": "x", "script": []}', "'script'"),
+        ('{"match": "x", "script": [[]]}', "'script'"),
+        ('{"match": "x", "script": [["item"]]}', "'script'"),
+        ("[1]", "'match'"),
+    ):
+        with pytest.raises(ConfigError, match=f"line 1: .*{problem}"):
+            client(scripts_file=str(_scripts_file(tmp_path, bad)))
+    with pytest.raises(ConfigError, match="missing.jsonl: cannot read it"):
+        client(scripts_file=str(tmp_path / "missing.jsonl"))

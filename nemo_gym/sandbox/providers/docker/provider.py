@@ -1,9 +1,15 @@
-"""The ``docker`` provider: one long-lived container per sandbox, driven through the ``docker`` command line.
+"""The ``docker`` provider: one long-lived container per sandbox, driven through podman's or Docker's command line.
 
-Needs the ``docker`` CLI on PATH and a running daemon, and nothing from PyPI. Both are checked when a sandbox is
-created, not on import or construction, and a missing one is a :class:`DockerCreateError` that says what to install
-or start. The container runs a keep-alive shell (the image's own entrypoint is replaced), so ``exec`` works on any
-image; ``spec.ttl_s`` makes it exit (and ``--rm`` remove it) after that many seconds.
+Needs ``podman`` (preferred, no daemon) or the ``docker`` CLI with a running daemon, and nothing from PyPI; which one,
+and why the CLI rather than the Engine API, is in ``runtime.py``. The runtime is looked up when a sandbox is created,
+not on import or construction, and a missing one is a :class:`DockerCreateError` that says what to install or start.
+The container runs a keep-alive shell (the image's own entrypoint is replaced), so ``exec`` works on any image;
+``spec.ttl_s`` makes it exit (and ``--rm`` remove it) after that many seconds.
+
+Untrusted code is the default case: no network, a read-only root with tmpfs work directories, a process limit. A
+command's timeout is enforced inside the container (``timeout``), so a command that runs past it is stopped there,
+not only abandoned by the client. Every container is labelled with its run and with this provider's owner id, and a
+watchdog process (``watchdog.py``) removes them if the server dies without doing so itself.
 """
 
 from __future__ import annotations
@@ -13,9 +19,13 @@ import contextlib
 import ipaddress
 import logging
 import math
+import os
 import posixpath
 import shlex
-import shutil
+import socket
+import subprocess
+import sys
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,6 +44,8 @@ from nemo_gym.sandbox.providers.base import (
     SandboxSpec,
     SandboxStatus,
 )
+from nemo_gym.sandbox.providers.docker import watchdog
+from nemo_gym.sandbox.providers.docker.runtime import ContainerRuntime, ContainerRuntimeError, find_runtime
 from nemo_gym.sandbox.providers.process import (
     EXEC_LIMITS,
     ProbeConfig,
@@ -58,7 +70,12 @@ logger = logging.getLogger(__name__)
 CONTAINER_PREFIX = "nemo-gym-"
 SANDBOX_LABEL = "nemo-gym.sandbox"
 GROUP_LABEL = "nemo-gym.group"
-INSTALL_HINT = "install Docker Engine (https://docs.docker.com/engine/install/) or pick the local provider"
+RUN_LABEL = "nemo-gym.run"
+"""The run a container belongs to: the launcher's run directory name (``standalone`` outside a launched run)."""
+OWNER_LABEL = "nemo-gym.owner"
+"""The provider instance (host, process, random part) that made the container; its watchdog removes by this."""
+TIMEOUT_EXIT_CODE = 124
+"""What ``timeout`` exits with when the command ran past its deadline."""
 _RUNTIME_FAILURES = ("no such container", "is not running", "cannot connect to the docker daemon", "error response from daemon")  # fmt: skip
 _GONE = ("no such container", "no such object")
 _STATES = {
@@ -80,28 +97,30 @@ class DockerCreateVerificationError(SandboxCreateVerificationError):
     """The container started but failed its readiness probe."""
 
 
-def _require_docker() -> str:
-    """The ``docker`` executable, or a one-line error saying how to get it."""
-    path = shutil.which("docker")
-    if path is None:
-        raise DockerCreateError(f"docker sandbox provider: the `docker` command is not on PATH; {INSTALL_HINT}")
-    return path
+def run_label() -> str:
+    """This process's run, from the config file the launcher gave it (``results/run/<stamp>/config.yaml``)."""
+    config_file = os.environ.get("NEMO_GYM_CONFIG_FILE")
+    return os.path.basename(os.path.dirname(config_file)) if config_file else "standalone"
 
 
 @dataclass(frozen=True)
 class DockerCreateConfig:
-    """How containers are started (``docker run``). The isolation knobs are off by default; see the README."""
+    """How containers are started (``run``). Isolated by default (no network, read-only root, a process limit)."""
 
+    runtime: str = "auto"
+    """``auto`` (podman when on PATH, else docker), ``podman`` or ``docker``."""
     keepalive_shell: str = "/bin/sh"
     keepalive_cmd: str = "while :; do sleep 2147483647; done"
     start_timeout_s: float | None = 600
     use_init: bool = True
-    network: str | None = None
-    """``None``: Docker's default bridge; ``"none"``: no network; anything else: that network (``"host"``, ...)."""
-    read_only: bool = False
+    network: str | None = "none"
+    """``"none"``: no network; ``None``: the runtime's default bridge; anything else: that network (``"host"``...)."""
+    read_only: bool = True
+    tmpfs: list[str] = field(default_factory=lambda: ["/work:rw,size=1g,mode=1777", "/tmp:rw,size=256m,mode=1777"])
+    """Writable in-memory directories (``PATH[:OPTIONS]``), the only writable places when ``read_only``."""
     cap_drop: list[str] = field(default_factory=list)
     security_opt: list[str] = field(default_factory=list)
-    pids_limit: int | None = None
+    pids_limit: int | None = 1024
     extra_run_args: list[str] = field(default_factory=list)
     apply_resource_limits: bool = True
     publish_host: str = "127.0.0.1"
@@ -184,23 +203,64 @@ class DockerProvider:
             coerce_config(exec, DockerExecConfig),
             coerce_config(probe, DockerProbeConfig),
         )
-        self._binary: str | None = None
+        self._runtime: ContainerRuntime | None = None
         self._semaphore = asyncio.Semaphore(self._exec_config.concurrency)
+        self.owner = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self._containers: set[str] = set()
+        self._watchdog: subprocess.Popen[bytes] | None = None
+        self._watchdog_pipe: int | None = None
+
+    @property
+    def runtime(self) -> ContainerRuntime:
+        """The container CLI this provider drives, looked up on first use."""
+        if self._runtime is None:
+            try:
+                self._runtime = find_runtime(self._create_config.runtime)
+            except ContainerRuntimeError as e:
+                raise DockerCreateError(str(e)) from None
+        return self._runtime
 
     async def _docker(self, *args: str, timeout_s: float | None = None, stdin: bytes | None = None) -> ProcessOutput:
-        """Run ``docker ARGS``; ``TimeoutError`` past the deadline (the exec config's default when not given)."""
-        if self._binary is None:
-            self._binary = _require_docker()
+        """Run ``<runtime> ARGS``; ``TimeoutError`` past the deadline (the exec config's default when not given)."""
+        runtime = self.runtime
         async with self._semaphore:
             return await run_process(
-                [self._binary, *args],
+                runtime.command(*args),
                 timeout_s=timeout_s if timeout_s is not None else self._exec_config.default_timeout_s,
                 stdin=stdin,
+                env=runtime.environ() if runtime.env else None,
             )
+
+    def _start_watchdog(self) -> None:
+        """Start the process that removes this provider's containers if this process dies first (once)."""
+        if self._watchdog_pipe is not None:
+            return
+        read_end, write_end = os.pipe()
+        os.set_inheritable(write_end, False)
+        script = os.path.abspath(watchdog.__file__)
+        self._watchdog = subprocess.Popen(
+            [sys.executable, script, self.runtime.binary, f"{OWNER_LABEL}={self.owner}"],
+            stdin=read_end,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            env=self.runtime.environ(),
+        )
+        os.close(read_end)
+        self._watchdog.wait()  # it forks and its first process exits at once
+        self._watchdog_pipe = write_end
+
+    def _stop_watchdog(self) -> None:
+        if self._watchdog_pipe is not None:
+            with contextlib.suppress(OSError):
+                os.write(self._watchdog_pipe, f"{watchdog.DONE}\n".encode())
+                os.close(self._watchdog_pipe)
+            self._watchdog_pipe = None
 
     def _run_args(self, spec: SandboxSpec, name: str, image: str) -> list[str]:
         config = self._create_config
         args = ["run", "-d", "--name", name, "--label", f"{SANDBOX_LABEL}=1"]
+        args += ["--label", f"{RUN_LABEL}={run_label()}", "--label", f"{OWNER_LABEL}={self.owner}"]
         args += ["--init"] if config.use_init else []
         args += ["-w", spec.workdir] if spec.workdir else []
         for key, value in spec.env.items():
@@ -218,6 +278,8 @@ class DockerProvider:
         for alias in _string_list(spec.provider_options.get("network_aliases"), "network_aliases"):
             args += ["--network-alias", alias]
         args += ["--read-only"] if config.read_only else []
+        for mount in config.tmpfs:
+            args += ["--tmpfs", mount]
         for capability in config.cap_drop:
             args += ["--cap-drop", capability]
         for option in config.security_opt:
@@ -245,6 +307,8 @@ class DockerProvider:
         image = spec.image.removeprefix("docker://")
         name = CONTAINER_PREFIX + uuid.uuid4().hex
         run_args = self._run_args(spec, name, image)
+        self._start_watchdog()
+        self._containers.add(name)
         try:
             output = await self._docker(*run_args, timeout_s=self._create_config.start_timeout_s)
         except TimeoutError as e:
@@ -285,9 +349,14 @@ class DockerProvider:
             return "sh"
         return "bash" if probe.return_code == 0 else "sh"  # bash when present: conda's `source` and friends need it
 
+    def _force(self) -> list[str]:
+        """``rm`` flags that stop a container at once (podman otherwise waits 10 s for a keep-alive shell)."""
+        return ["-f", "-t", "0"] if self.runtime.kind == "podman" else ["-f"]
+
     async def _remove(self, name: str) -> None:
         with contextlib.suppress(Exception):
-            await self._docker("rm", "-f", name)
+            await self._docker("rm", *self._force(), name)
+        self._containers.discard(name)
 
     async def exec(
         self,
@@ -300,7 +369,8 @@ class DockerProvider:
         user: str | int | None = None,
         stdin: bytes | None = None,
     ) -> SandboxExecResult:
-        """``docker exec <shell> -c command``; ``user`` root/0 means uid 0. A timeout stops the client only."""
+        """``exec <shell> -c command``; ``user`` root/0 means uid 0. The timeout is enforced inside the container
+        (``timeout``, then SIGKILL 2 s later), with a host-side deadline a little later as a backstop."""
         container: _Container = handle.raw
         flags = ["-i"] if stdin is not None else []
         flags += ["-w", cwd] if cwd is not None else []
@@ -309,12 +379,21 @@ class DockerProvider:
         if user is not None:
             flags += ["--user", "0" if user in ("root", 0) else str(user)]
         flags += self._exec_config.extra_exec_args
+        limit = timeout_s if timeout_s is not None else self._exec_config.default_timeout_s
+        argv = [container.shell, "-c", command]
+        if limit is not None:
+            argv = ["timeout", "-k", "2", f"{limit:g}", *argv]
+        started = time.monotonic()
         try:
             output = await self._docker(
-                "exec", *flags, container.name, container.shell, "-c", command, timeout_s=timeout_s, stdin=stdin
+                "exec", *flags, container.name, *argv, timeout_s=None if limit is None else limit + 15, stdin=stdin
             )
         except TimeoutError as e:
             return SandboxExecResult(stdout=None, stderr=str(e), return_code=RUNTIME_RETURN_CODE, error_type="timeout")
+        killed_late = output.return_code == 128 + 9 and time.monotonic() - started >= (limit or 0)  # not an OOM kill
+        if limit is not None and (output.return_code == TIMEOUT_EXIT_CODE or killed_late):
+            stderr = f"{output.stderr}command timed out after {limit:g}s\n"
+            return SandboxExecResult(output.stdout, stderr, RUNTIME_RETURN_CODE, error_type="timeout")
         if output.return_code != 0 and any(marker in output.stderr.lower() for marker in _RUNTIME_FAILURES):
             return SandboxExecResult(output.stdout, output.stderr, RUNTIME_RETURN_CODE, "sandbox")
         return SandboxExecResult(stdout=output.stdout, stderr=output.stderr, return_code=output.return_code)
@@ -366,8 +445,9 @@ class DockerProvider:
         return SandboxEndpoint(endpoint=f"http://{_host(host)}:{int(host_port)}")
 
     async def close(self, handle: SandboxHandle) -> None:
-        """``docker rm -f``; a container that is already gone is fine."""
-        output = await self._docker("rm", "-f", handle.raw.name)
+        """``rm -f``; a container that is already gone is fine."""
+        output = await self._docker("rm", *self._force(), handle.raw.name)
+        self._containers.discard(handle.raw.name)
         if output.return_code != 0 and not any(marker in output.stderr.lower() for marker in _GONE):
             raise RuntimeError(f"docker rm -f failed for {handle.raw.name!r}: {output.stderr.strip()}")
 
@@ -412,4 +492,10 @@ class DockerProvider:
             raise RuntimeError(f"docker network rm {group!r} failed: {_first_line(output.stderr)}")
 
     async def aclose(self) -> None:
-        """Nothing is shared between containers."""
+        """Remove the containers this provider still has, then release its watchdog."""
+        names = sorted(self._containers)
+        if names:
+            with contextlib.suppress(Exception):
+                await self._docker("rm", *self._force(), *names)
+            self._containers.clear()
+        self._stop_watchdog()
