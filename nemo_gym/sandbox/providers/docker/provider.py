@@ -229,6 +229,7 @@ class DockerProvider:
                 timeout_s=timeout_s if timeout_s is not None else self._exec_config.default_timeout_s,
                 stdin=stdin,
                 env=runtime.environ() if runtime.env else None,
+                cwd=runtime.cwd,
             )
 
     def _start_watchdog(self) -> None:
@@ -245,6 +246,7 @@ class DockerProvider:
             stderr=subprocess.DEVNULL,
             start_new_session=True,
             env=self.runtime.environ(),
+            cwd=self.runtime.cwd,
         )
         os.close(read_end)
         self._watchdog.wait()  # it forks and its first process exits at once
@@ -390,8 +392,10 @@ class DockerProvider:
             )
         except TimeoutError as e:
             return SandboxExecResult(stdout=None, stderr=str(e), return_code=RUNTIME_RETURN_CODE, error_type="timeout")
-        killed_late = output.return_code == 128 + 9 and time.monotonic() - started >= (limit or 0)  # not an OOM kill
-        if limit is not None and (output.return_code == TIMEOUT_EXIT_CODE or killed_late):
+        # `timeout` exits 124 (or 137 after its SIGKILL) at the deadline; earlier, those codes are the command's own
+        # (an OOM kill, or a deadline of its own inside the command)
+        ran_out = limit is not None and time.monotonic() - started >= limit
+        if ran_out and output.return_code in (TIMEOUT_EXIT_CODE, 128 + 9):
             stderr = f"{output.stderr}command timed out after {limit:g}s\n"
             return SandboxExecResult(output.stdout, stderr, RUNTIME_RETURN_CODE, error_type="timeout")
         if output.return_code != 0 and any(marker in output.stderr.lower() for marker in _RUNTIME_FAILURES):

@@ -26,6 +26,7 @@ import re
 import shutil
 import subprocess
 import tarfile
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,6 +71,8 @@ class ContainerRuntime:
     binary: str
     kind: str
     env: Mapping[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+    """Where its commands run: podman's conmon writes files (``oom``) into its working directory."""
 
     def command(self, *args: str) -> list[str]:
         return [self.binary, *args]
@@ -87,8 +90,16 @@ class ContainerRuntime:
             text=True,
             timeout=timeout_s,
             env=self.environ(),
+            cwd=self.cwd,
             check=False,
         )
+
+
+def scratch_dir() -> str:
+    """A directory of ours for the runtime's working directory (made on first use)."""
+    path = Path(tempfile.gettempdir()) / f"nemo-gym-containers-{os.getuid()}"
+    path.mkdir(mode=0o700, exist_ok=True)
+    return str(path)
 
 
 def settings_path() -> Path:
@@ -119,7 +130,7 @@ def find_runtime(preference: str = "auto") -> ContainerRuntime:
         env: dict[str, str] = {}
         if kind == "podman" and "CONTAINERS_CONF" not in os.environ:
             env["CONTAINERS_CONF"] = str(write_podman_settings())
-        return ContainerRuntime(binary=binary, kind=kind, env=env)
+        return ContainerRuntime(binary=binary, kind=kind, env=env, cwd=scratch_dir())
     wanted = "`podman` or `docker`" if preference == "auto" else f"`{preference}`"
     raise ContainerRuntimeError(f"docker sandbox provider: no {wanted} command on PATH; {RUNTIME_HINT}")
 
@@ -180,6 +191,7 @@ def ensure_base_image(runtime: ContainerRuntime, packages: tuple[str, ...] = BAS
             text=True,
             timeout=900,
             env=runtime.environ(),
+            cwd=runtime.cwd,
             check=False,
         )
     finally:
@@ -217,6 +229,8 @@ def _context_tar(containerfile: str, files: Mapping[str, str], files_dir: str) -
 
 
 _build_locks: dict[str, asyncio.Lock] = {}
+_known_images: set[str] = set()
+_base_images: dict[str, str] = {}
 
 
 async def build_image(
@@ -233,24 +247,36 @@ async def build_image(
 
     Concurrent callers in this process wait for one build; the build itself runs in a worker thread.
     """
-    base = base or await asyncio.to_thread(ensure_base_image, runtime)
+    base_tag: str = base if base is not None else await _base_once(runtime)
     tail = f"COPY files/ {target_dir}/\nWORKDIR {target_dir}\n" + (f"RUN {run}\n" if run else "")
-    tag = image_tag_for_files(name, base, files, tail)
+    tag = image_tag_for_files(name, base_tag, files, tail)
+    if tag in _known_images:
+        return tag
     lock = _build_locks.setdefault(tag, asyncio.Lock())
     async with lock:
-        if await asyncio.to_thread(image_exists, runtime, tag):
+        if tag in _known_images or await asyncio.to_thread(image_exists, runtime, tag):
+            _known_images.add(tag)
             return tag
-        context = _context_tar(f"FROM {base}\n{tail}", files, "files")
+        context = _context_tar(f"FROM {base_tag}\n{tail}", files, "files")
         built = await asyncio.to_thread(_build_from_tar, runtime, tag, context, timeout_s)
         if built.returncode != 0:
             lines = built.stderr.strip().splitlines()
             raise ContainerRuntimeError(f"building image {tag} failed: {lines[-1] if lines else 'no output'}")
+        _known_images.add(tag)
     return tag
+
+
+async def _base_once(runtime: ContainerRuntime) -> str:
+    """:func:`ensure_base_image`, asked of the runtime once per process (images are not removed under a run)."""
+    async with _build_locks.setdefault("", asyncio.Lock()):
+        if runtime.binary not in _base_images:
+            _base_images[runtime.binary] = await asyncio.to_thread(ensure_base_image, runtime)
+    return _base_images[runtime.binary]
 
 
 def _build_from_tar(
     runtime: ContainerRuntime, tag: str, context: bytes, timeout_s: float
-) -> subprocess.CompletedProcess[bytes]:
+) -> subprocess.CompletedProcess[str]:
     """``build -t TAG -`` with the context as a tar on stdin (no temporary directory to clean up)."""
     completed = subprocess.run(
         runtime.command("build", "-q", "--network=none", "-t", tag, "-"),
@@ -258,8 +284,12 @@ def _build_from_tar(
         capture_output=True,
         timeout=timeout_s,
         env=runtime.environ(),
+        cwd=runtime.cwd,
         check=False,
     )
     return subprocess.CompletedProcess(
-        completed.args, completed.returncode, completed.stdout, completed.stderr.decode(errors="replace")
+        completed.args,
+        completed.returncode,
+        completed.stdout.decode(errors="replace"),
+        completed.stderr.decode(errors="replace"),
     )
