@@ -46,6 +46,7 @@ def server() -> RepoRepairResourcesServer:
         sandbox_provider={"docker": {"create": {"pids_limit": 128}}},
         max_containers=2,
         command_timeout_s=20,
+        test_timeout_s=30,
     )
     return RepoRepairResourcesServer(config=config, server_client=MagicMock(spec=ServerClient))
 
@@ -120,6 +121,22 @@ def test_bombs_and_network_calls_are_held_and_the_rollout_is_still_scored(http: 
     assert slow["exit_code"] == 124 and "timed out after 20s" in slow["output"]
     tool(http, "write_file", path="calc/ops.py", content=FIXED)
     assert verify(http)["reward"] == 1.0
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        "x = bytearray(900 * 1024 * 1024)\n",
+        "import os\nwhile True:\n    os.fork()\n",
+        "import urllib.request\nurllib.request.urlopen('http://1.1.1.1', timeout=5)\n",
+    ],
+    ids=["memory", "fork", "network"],
+)
+def test_hostile_code_under_test_is_held_at_verification_and_scored(http: TestClient, hostile: str) -> None:
+    seed(http)
+    tool(http, "write_file", path="calc/ops.py", content=hostile + FIXED)
+    result = verify(http)
+    assert (result["reward"], result["patch_applied"], result["tests_passed"]) == (0.0, True, False)
 
 
 def test_tools_before_a_seed_are_refused(http: TestClient) -> None:
