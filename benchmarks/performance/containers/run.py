@@ -84,11 +84,12 @@ class MemoryPeak:
 def collect(concurrency: int, rows: int, workdir: Path) -> dict[str, Any]:
     """One ``gym eval run`` of ``rows`` gold-patch rollouts at ``concurrency``; its figures."""
     output = workdir / f"c{concurrency}.jsonl"
-    repeats = -(-rows // len(TASKS.read_text().splitlines()))
+    tasks = len(TASKS.read_text().splitlines())
+    amount = ["--limit", str(rows)] if rows <= tasks else ["--num-repeats", str(-(-rows // tasks))]
     argv = [
         sys.executable, "-m", "nemo_gym.cli.main", "eval", "run", "--resources-server", "repo_repair",
         "--agent", "repo_repair_simple_agent", "--model-type", "scripted_model", "--input", str(TASKS),
-        "--num-repeats", str(repeats), "--output", str(output), "--overwrite", "--concurrency", str(concurrency),
+        *amount, "--output", str(output), "--overwrite", "--concurrency", str(concurrency),
         f"++policy_model.responses_api_models.scripted_model.scripts_file={FOLDER / 'data' / 'gold_scripts.jsonl'}",
         f"++repo_repair.resources_servers.repo_repair.max_containers={concurrency}",
         "+shared_venv=true", "+head_server={port: 0}", f"+cache_dir={workdir / 'cache'}",
