@@ -27,7 +27,8 @@ from nemo_gym.metrics import (
     aggregate_verify_responses,
 )
 from nemo_gym.metrics import aggregate_with_hooks as _aggregate_with_hooks
-from nemo_gym.metrics import default_key_metrics as _default_key_metrics
+from nemo_gym.metrics import every_mean as _every_mean
+from nemo_gym.metrics import key_picker as _key_picker
 from nemo_gym.observability.correlation import RolloutContextMiddleware as _RolloutContextMiddleware
 from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParamsNonStreaming
 from nemo_gym.resources_sessions import (
@@ -177,11 +178,13 @@ class MetricsHooks:
         return {}
 
     def get_key_metrics(self, agent_metrics: dict[str, Any]) -> dict[str, Any]:
-        """The headline metrics picked from the agent metrics (default: mean reward, pass@1, largest majority@k)."""
-        return _default_key_metrics(agent_metrics)
+        """The headline metrics picked from the agent metrics. Here, NeMo Gym's default (every ``mean/*``), for an
+        override's ``super()`` call; a server that does not override it gets mean reward, pass@1 and the largest
+        majority@k (:func:`nemo_gym.metrics.key_picker`)."""
+        return _every_mean(agent_metrics)
 
     def _aggregate_with_hooks(self, rows: list[dict[str, Any]]) -> AggregateMetrics:
-        return _aggregate_with_hooks(rows, self.compute_metrics, self.get_key_metrics)
+        return _aggregate_with_hooks(rows, self.compute_metrics, _key_picker(self, MetricsHooks))
 
 
 class SimpleResourcesServer(MetricsHooks, SimpleServer):

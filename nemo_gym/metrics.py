@@ -33,7 +33,9 @@ __all__ = [
     "category_metrics",
     "compute_aggregate_metrics",
     "default_key_metrics",
+    "every_mean",
     "group_by_task",
+    "key_picker",
     "majority_at_k",
     "majority_metrics",
     "numeric_fields",
@@ -232,6 +234,20 @@ def default_key_metrics(agent_metrics: dict[str, Any]) -> dict[str, Any]:
     return {name: agent_metrics[name] for name in key_names if name in agent_metrics}
 
 
+def every_mean(agent_metrics: dict[str, Any]) -> dict[str, Any]:
+    """NeMo Gym's own pick of headline metrics: every ``mean/*`` entry. It is what ``get_key_metrics`` answers on the
+    hook classes, so a server written for NeMo Gym that falls back to ``super().get_key_metrics(...)`` gets what it
+    got there; a server that does not override the hook gets :func:`default_key_metrics` (see :func:`key_picker`)."""
+    return {key: value for key, value in agent_metrics.items() if key.startswith("mean/")}
+
+
+def key_picker(server: Any, hooks: type) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """The server's ``get_key_metrics`` when its class overrides the one of ``hooks``, else our headline default
+    (mean reward, pass@1 and the largest majority@k, rather than every mean of every numeric field)."""
+    overridden = getattr(type(server), "get_key_metrics", None) is not getattr(hooks, "get_key_metrics", None)
+    return server.get_key_metrics if overridden else default_key_metrics
+
+
 def aggregate_with_hooks(
     rows: list[dict[str, Any]],
     compute_metrics: Callable[[list[list[dict[str, Any]]]], dict[str, Any]] | None = None,
@@ -299,10 +315,11 @@ class AggregateMetricsMixin:
         return {}
 
     def get_key_metrics(self, agent_metrics: dict[str, Any]) -> dict[str, Any]:
-        return default_key_metrics(agent_metrics)
+        return every_mean(agent_metrics)
 
     def _aggregate_with_hooks(self, rows: list[dict[str, Any]]) -> AggregateMetrics:
-        return compute_aggregate_metrics(rows, self.compute_metrics, self.get_key_metrics, self.compute_repeat_metrics)
+        picker = key_picker(self, AggregateMetricsMixin)
+        return compute_aggregate_metrics(rows, self.compute_metrics, picker, self.compute_repeat_metrics)
 
 
 def _finite(value: Any) -> bool:

@@ -37,6 +37,7 @@ from nemo_gym.openai_base import (
     TOKEN_ID_FIELDS,
     TOKEN_METADATA_FIELDS,
     NeMoGymLenientModel,
+    NeMoGymRequestPart,
     NeMoGymStrictModel,
     ReasoningEffort,
     TokenIDLogProbMixin,
@@ -98,19 +99,19 @@ ItemStatus = Literal["in_progress", "completed", "incomplete"]
 # ----------------------------------------------------------------------------------------------------------------------
 
 
-class NeMoGymResponseInputText(NeMoGymStrictModel):
+class NeMoGymResponseInputText(NeMoGymRequestPart):
     type: Literal["input_text"] = "input_text"
     text: str
 
 
-class NeMoGymResponseInputImage(NeMoGymStrictModel):
+class NeMoGymResponseInputImage(NeMoGymRequestPart):
     type: Literal["input_image"] = "input_image"
     image_url: str | None = None
     file_id: str | None = None
     detail: Literal["low", "high", "auto", "original"] = "auto"
 
 
-class NeMoGymResponseInputVideo(NeMoGymStrictModel):
+class NeMoGymResponseInputVideo(NeMoGymRequestPart):
     """Not an OpenAI part: video for vision-language models, forwarded to Chat backends as `video_url`."""
 
     type: Literal["input_video"] = "input_video"

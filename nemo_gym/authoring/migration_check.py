@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import functools
 import hashlib
 import os
 import platform
@@ -26,6 +27,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import tomllib
 import xml.etree.ElementTree as ElementTree
 from collections import Counter
 from collections.abc import Callable
@@ -298,8 +300,10 @@ def _build(folder: Path, options: CheckOptions, interpreter: Interpreter) -> Pat
     timer = threading.Timer(options.timeout_s, ctx.kill_running)
     timer.start()
     try:
+        pin = checkout_requirement(options.checkout, "openai") if options.framework_dir is None else None
         spec = venv_spec(folder.parent.name, folder.name, folder, options.cache_dir, interpreter.request,
-                         framework_dir=options.framework_dir, install_args=interpreter.install_args)  # fmt: skip
+                         framework_dir=options.framework_dir, install_args=interpreter.install_args,
+                         overrides=(pin,) if pin else ())  # fmt: skip
         return build_venv(spec, ctx)
     except BuildCancelled:
         raise _Stopped("timeout", "", f"venv build took over {options.timeout_s:.0f} s") from None
@@ -406,6 +410,21 @@ def checkout_version(checkout: Path) -> str | None:
     with contextlib.suppress(OSError):
         match = re.search(r'(?m)^version\s*=\s*"([^"]+)"', (checkout / PYPROJECT_FILE).read_text(encoding="utf-8"))
         return match.group(1) if match else None
+    return None
+
+
+@functools.cache
+def checkout_requirement(checkout: Path, name: str) -> str | None:
+    """The checkout's own core requirement on ``name`` (e.g. 0.7.0's ``openai==2.44.0``), from the unpacked wheel's
+    metadata or ``pyproject.toml``'s ``dependencies``. Against our core, its folders get that ``openai`` (their tests
+    compare SDK objects and import its newer types), in place of the ``compat`` extra's default."""
+    if (wheel := find_unpacked_wheel(checkout)) is not None:
+        return wheel.requirement(name)
+    with contextlib.suppress(OSError, tomllib.TOMLDecodeError):
+        project = tomllib.loads((checkout / PYPROJECT_FILE).read_text(encoding="utf-8")).get("project", {})
+        for spec in project.get("dependencies", []):
+            if re.match(rf"{re.escape(name)}(?![\w.-])", spec, re.IGNORECASE) and ";" not in spec:
+                return str(spec).strip()
     return None
 
 

@@ -42,6 +42,18 @@ class UnpackedWheel:
         match = re.search(r">=\s*([\d.]+)", spec)
         return match.group(1) if match else None
 
+    def requirement(self, name: str) -> str | None:
+        """Its core's own requirement on ``name`` (``openai==2.44.0``), from ``Requires-Dist``, markers dropped."""
+        try:
+            text = (self.dist_info / "METADATA").read_text(encoding="utf-8")
+        except OSError:
+            return None
+        for value in HeaderParser().parsestr(text, headersonly=True).get_all("Requires-Dist") or []:
+            spec = str(value).split(";", 1)[0].strip()
+            if re.match(rf"{re.escape(name)}(?![\w.-])", spec, re.IGNORECASE) and ";" not in str(value):
+                return spec
+        return None
+
     @property
     def tag(self) -> str:
         return metadata_field(self.dist_info / "WHEEL", "Tag") or "py3-none-any"

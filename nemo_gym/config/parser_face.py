@@ -6,8 +6,9 @@ method here is one step of :func:`nemo_gym.config.compose.compose` or the whole 
 way. ``nemo_gym.global_config`` offers both names.
 
 Differences from 0.7 a caller may meet: files named by the initial mapping's ``config_paths`` are merged under the
-initial mapping (as in 0.7) but under files named on the command line too; ``offline`` changes nothing, since our
-composition never probes the network or reserves ports unless asked.
+initial mapping (as in 0.7) but under files named on the command line too. Like 0.7, every server instance comes
+back with a port, so that its config model (``port: int``) validates: a port free right now (probed, not held), or
+``-1`` with ``offline`` (a placeholder, not a runnable address); nothing else reaches the network.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pydantic import BaseModel, ConfigDict
 from nemo_gym.config.compose import DUMMY_MODEL_CONFIG, ENV_YAML_ENV_VAR, ComposeOptions, compose
 from nemo_gym.config.directives import apply_directives
 from nemo_gym.config.includes import expand_config_paths, normalize_config_paths
+from nemo_gym.config.ports import probe_free_port
 from nemo_gym.config.secrets import mask_secrets
 from nemo_gym.config.server_models import ServerInstanceConfig
 from nemo_gym.config.servers import find_server_instances
@@ -75,6 +77,18 @@ class GlobalConfigDictParserConfig(BaseModel):
     """The policy keys and a stand-in policy model, for configs read without a model (data preparation, tests)."""
 
 
+def _fill_ports(config: DictConfig, *, offline: bool) -> None:
+    """A port for every server instance that has none: ``-1`` offline, else one free now (0.7's parse does both)."""
+    instances, _ = find_server_instances(plain_dict(config))
+    taken = {int(p) for p in config.get("disallowed_ports") or []}
+    with open_dict(config):
+        for instance in instances:
+            inner = config[instance.name][instance.SERVER_TYPE][instance.implementation]
+            if not inner.get("port"):
+                inner["port"] = -1 if offline else probe_free_port(disallowed=taken)
+                taken.add(int(inner["port"]))
+
+
 class GlobalConfigDictParser(BaseModel):
     """Stateless; each call composes from scratch."""
 
@@ -98,6 +112,7 @@ class GlobalConfigDictParser(BaseModel):
         )
         with _env_yaml(settings.dotenv_path, settings.skip_load_from_dotenv):
             config = compose(options).config
+        _fill_ports(config, offline=settings.offline)
         if files:
             with open_dict(config):
                 config["config_paths"] = [str(f.path) for f in files] + list(config.get("config_paths") or [])

@@ -227,6 +227,9 @@ class VenvSpec:
     """Extra ``uv pip install`` arguments (e.g. ``--python-version``)."""
     constraints: tuple[str, ...] = ()
     """Pins applied if the venv needs the package at all (see :func:`launcher_torch_pin`)."""
+    overrides: tuple[str, ...] = ()
+    """Requirements that replace whatever the folder and its dependencies ask for the same package (uv's
+    ``--override``): the migration check's ``openai`` pin of the NeMo Gym release whose folders are tested."""
 
     @property
     def python(self) -> Path:
@@ -254,6 +257,7 @@ def venv_spec(
     *,
     framework_dir: Path | None = None,
     install_args: tuple[str, ...] = (),
+    overrides: tuple[str, ...] = (),
 ) -> VenvSpec:
     """The venv an implementation directory needs; raises ConfigError unless it has exactly one dependency file."""
     requirements = impl_dir / REQUIREMENTS_FILE
@@ -281,6 +285,7 @@ def venv_spec(
         python_version.encode(),
         _framework_fingerprint(framework_dir),
         *_optional_key_parts(impl_dir, framework_dir, install_args + constraints),
+        *([("overrides:" + " ".join(overrides)).encode()] if overrides else []),
     ):
         digest.update(len(part).to_bytes(8, "little"))
         digest.update(part)
@@ -288,7 +293,7 @@ def venv_spec(
     path = cache_dir / "venvs" / server_type / f"{implementation}-{key}"
     return VenvSpec(
         server_type, implementation, impl_dir.resolve(), kind, spec_file, python_version, key, path,
-        framework_dir, install_args, constraints,
+        framework_dir, install_args, constraints, overrides,
     )  # fmt: skip
 
 
@@ -409,6 +414,10 @@ def _build(spec: VenvSpec, ctx: BuildContext) -> None:
         install += ["-r", str(rewritten)]
         if (spec.impl_dir / OVERRIDES_FILE).is_file():
             install += ["--override", str(spec.impl_dir / OVERRIDES_FILE)]
+        if spec.overrides:
+            pinned = spec.path / "nemo_gym_overrides.txt"
+            pinned.write_text("\n".join(spec.overrides) + "\n")
+            install += ["--override", str(pinned)]
     else:
         extras = ""
         if (source := _framework_source(spec.spec_file)) is not None:
@@ -421,7 +430,7 @@ def _build(spec: VenvSpec, ctx: BuildContext) -> None:
             # Its own dependencies may still name nemo-gym[dev], whose openai floor (our suite's) would clash with
             # NeMo Gym's pin: the pin wins, as it does in NeMo Gym.
             pin = spec.path / "nemo_gym_overrides.txt"
-            pin.write_text(NEMO_GYM_OPENAI_PIN + "\n")
+            pin.write_text("\n".join(spec.overrides or (NEMO_GYM_OPENAI_PIN,)) + "\n")
             install += ["--override", str(pin)]
     _run(ctx, install, spec.impl_dir)
 
