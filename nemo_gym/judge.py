@@ -96,8 +96,8 @@ async def call_judge(
 def judge_failsafe(verify_fn: Callable[_P, Awaitable[_T]]) -> Callable[_P, Awaitable[_T | JSONResponse]]:
     """Wrap a ``verify`` so a :class:`JudgeError` answers 200 with a failure row instead of an error.
 
-    The row is the request body plus ``reward: 0.0``, ``mask_sample``, ``failure_kind`` and ``_ng_failure_class``
-    ``judge_failed`` and the error text, so the
+    The row is the request body plus ``reward: 0.0``, ``mask_sample`` (also in its ``instance_config``),
+    ``failure_kind`` and ``_ng_failure_class`` ``judge_failed`` and the error text, so the
     model's ``response`` is kept for a later judge-only re-verification. The wrapper keeps ``verify``'s signature,
     so FastAPI injects the same parameters.
     """
@@ -112,7 +112,9 @@ def judge_failsafe(verify_fn: Callable[_P, Awaitable[_T]]) -> Callable[_P, Await
                 raise RuntimeError("judge_failsafe: the wrapped verify() received no request body") from e
             from nemo_gym.row_fields import FAILURE_CLASS_KEY, FAILURE_MESSAGE_KEY
 
-            row = body.model_dump() | {
+            data = body.model_dump()
+            settings = data.get("instance_config")
+            row = data | {
                 "reward": 0.0,
                 "mask_sample": True,  # the reward measures nothing: the judge was not asked
                 "failure_kind": _JUDGE_FAILED,
@@ -120,6 +122,8 @@ def judge_failsafe(verify_fn: Callable[_P, Awaitable[_T]]) -> Callable[_P, Await
                 FAILURE_CLASS_KEY: _JUDGE_FAILED,
                 _JUDGE_ERROR_KEY: str(e),
                 FAILURE_MESSAGE_KEY: str(e),
+                # a trainer that reads the row's instance config sees the mask there too (NeMo Gym 0.7)
+                "instance_config": {**(settings if isinstance(settings, dict) else {}), "mask_sample": True},
             }
             return JSONResponse(content=jsonable_encoder(row))
 

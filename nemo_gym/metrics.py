@@ -41,6 +41,7 @@ __all__ = [
     "numeric_fields",
     "pass_at_k",
     "pass_metrics",
+    "repeat_level_metrics",
     "summarize",
     "summarize_rows",
 ]
@@ -60,6 +61,10 @@ class AggregateMetricsRequest(BaseModel):
     verify_responses: list[dict[str, Any]]
 
 
+def _empty(value: Any) -> bool:
+    return not value
+
+
 class AggregateMetrics(BaseModel):
     """What ``/aggregate_metrics`` answers: the run's metrics under flat string keys, ready to log as they are. Each
     part may be left out (NeMo Gym 0.7's agents answer ``agent_metrics`` alone) and reads as empty."""
@@ -67,6 +72,11 @@ class AggregateMetrics(BaseModel):
     agent_metrics: dict[str, Any] = Field(default_factory=dict)
     key_metrics: dict[str, Any] = Field(default_factory=dict)
     group_level_metrics: list[dict[str, Any]] = Field(default_factory=list)
+    repeat_level_metrics: list[dict[str, Any]] = Field(default_factory=list, exclude_if=_empty)
+    """One summary per repeat (rollout index) when a run has several: its sample and missing counts and the usual
+    statistics of every numeric field over that repeat's rollouts (NeMo Gym 0.7). Left out of the JSON when empty."""
+    perf_summary: dict[str, Any] | None = Field(default=None, exclude_if=_empty)
+    """Efficiency statistics of the rollouts' ``ng_perf`` records, where a run keeps them (NeMo Gym 0.7's field)."""
 
 
 class WANDBConfig(BaseModel):
@@ -340,6 +350,29 @@ def _coverage(rows: list[dict[str, Any]], measured: list[dict[str, Any]]) -> dic
     }
 
 
+def repeat_level_metrics(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per repeat (rollout index), when there are several: how many tasks it covers and misses, and the statistics
+    of every numeric field over its rollouts."""
+    by_repeat: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        by_repeat[int(row.get(ROLLOUT_INDEX_KEY_NAME, 0))].append(row)
+    if len(by_repeat) < 2:
+        return []
+    all_tasks = {row.get(TASK_INDEX_KEY_NAME, 0) for row in rows}
+    summaries = []
+    for repeat in sorted(by_repeat):
+        covered = {row.get(TASK_INDEX_KEY_NAME, 0) for row in by_repeat[repeat]}
+        summaries.append(
+            {
+                ROLLOUT_INDEX_KEY_NAME: repeat,
+                "sample_count": len(covered),
+                "missing_count": len(all_tasks - covered),
+                **summarize_rows(row for row in by_repeat[repeat]),
+            }
+        )
+    return summaries
+
+
 def _repeat_statistics(
     measured: list[dict[str, Any]],
     compute_repeat_metrics: Callable[[list[list[dict[str, Any]]]], dict[str, Any]],
@@ -404,6 +437,7 @@ def compute_aggregate_metrics(
         return custom
 
     result = aggregate_with_hooks(measured, compute_metrics, lambda metrics: {})
+    result.repeat_level_metrics = repeat_level_metrics(measured)
     result.agent_metrics.update(coverage)
     if compute_repeat_metrics_fn is not None:
         result.agent_metrics.update(_repeat_statistics(measured, compute_repeat_metrics_fn, custom))

@@ -517,3 +517,17 @@ def test_global_config_dict_parser_composes_a_fixture_config(tmp_path: Path) -> 
     parser._recursively_swap_keys(merged)
     assert "shared" not in merged and merged.bench_settings.judge_prompt == "ask"
     assert merged.bench_settings.model == "served"
+
+
+def test_repeat_level_metrics_summarize_each_repeat_when_there_are_several() -> None:
+    """NeMo Gym 0.7's per-repeat rows (gdpval passes them on): coverage counts and statistics of each repeat."""
+    from nemo_gym.reward_profile import compute_aggregate_metrics
+
+    rows = [{"_ng_task_index": t, "_ng_rollout_index": r, "reward": float(t == r)} for t in range(3) for r in range(2)]
+    rows.pop()  # repeat 1 misses task 2
+    result = compute_aggregate_metrics(rows)
+    first, second = result.repeat_level_metrics
+    assert (first["_ng_rollout_index"], first["sample_count"], first["missing_count"]) == (0, 3, 0)
+    assert (second["_ng_rollout_index"], second["sample_count"], second["missing_count"]) == (1, 2, 1)
+    assert first["mean/reward"] == 1 / 3 and second["mean/reward"] == 0.5
+    assert compute_aggregate_metrics(rows[:3:2]).repeat_level_metrics == []  # one repeat: nothing to compare

@@ -195,7 +195,10 @@ def test_an_aggregate_metrics_answer_is_what_the_model_validates_it_to(answer: o
         return
     got = _metrics_answer(raw)
     assert got == expected and got.model_fields_set == expected.model_fields_set
-    assert set(AggregateMetrics.model_fields) == {"agent_metrics", "key_metrics", "group_level_metrics"}
+    assert set(AggregateMetrics.model_fields) == {
+        "agent_metrics", "key_metrics", "group_level_metrics", "repeat_level_metrics", "perf_summary"
+    }  # fmt: skip
+    assert "repeat_level_metrics" not in got.model_dump() and "perf_summary" not in got.model_dump()  # empty: left out
 
 
 def test_the_rows_an_agent_forwards_are_the_bytes_the_model_dumps_to() -> None:

@@ -145,6 +145,7 @@ async def test_failsafe_turns_a_judge_error_into_a_failure_row(by_keyword: bool)
         "mask_sample": True,
         "failure_kind": "judge_failed",
         "failure_reason": "ServerRequestError: HTTP 503",
+        "instance_config": {"mask_sample": True},  # where a trainer reading the row's instance config looks
     }
 
 
