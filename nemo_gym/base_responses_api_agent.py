@@ -6,7 +6,9 @@ the verified row with its ``reward``.
 
 When the run captures model calls (``observability_enabled``), an agent sends its model calls for a rollout through
 :meth:`SimpleResponsesAPIAgent.url_path_for_run` (``/ng-rollout/<id>/v1/responses``), so the model server can file
-them under that rollout; otherwise the helpers return the path unchanged.
+them under that rollout; an agent that takes part in training-token capture (the run's ``token_id_capture.enabled``
+with ``all_agents`` or its own ``token_id_capture``) uses ``/ng-rollout/<id>/training-token-capture/...`` instead.
+Otherwise the helpers return the path unchanged.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParamsNo
 from nemo_gym.server_utils import SESSION_ID_KEY as _SESSION_ID_KEY
 from nemo_gym.server_utils import SimpleServer
 from nemo_gym.server_utils import json_response as _json_response
+from nemo_gym.token_id_capture.config import token_id_capture_applies as _token_id_capture_applies
 from nemo_gym.tool_access import ToolAccess as _ToolAccess
 from nemo_gym.transport import http_client as _http
 from nemo_gym.transport.routes import BodyRoute as _BodyRoute
@@ -70,7 +73,9 @@ __all__ = [
 _MethodT = TypeVar("_MethodT", bound=Callable[..., Any])
 _FORWARDS_METRICS = "_nemo_gym_forwards_aggregate_metrics"
 _JSON_BODY = {"Content-Type": "application/json"}
-_METRICS_FIELDS = frozenset(AggregateMetrics.model_fields)
+_METRICS_FIELDS = frozenset({"agent_metrics", "key_metrics", "group_level_metrics"})
+"""The containers every answer has; ``repeat_level_metrics`` and ``perf_summary`` (NeMo Gym 0.7) may come too."""
+_OPTIONAL_METRICS = frozenset(AggregateMetrics.model_fields) - _METRICS_FIELDS
 
 
 def forwards_aggregate_metrics(method: _MethodT) -> _MethodT:
@@ -113,7 +118,7 @@ class SimpleResponsesAPIAgent(_MetricsHooks, SimpleServer):
         prefixed = f"/{_correlation.ROLLOUT_PATH_PREFIX}/{{rollout_id}}"
         app.post(f"{prefixed}/v1/responses")(self.responses)
         app.post(f"{prefixed}/{_correlation.TOKEN_CAPTURE_PATH_SEGMENT}/v1/responses")(self.responses)
-        if self._model_call_capture_enabled():
+        if self._capture_correlation_enabled():
             app.post("/run")(self._run_in_rollout_context())
         else:
             app.post("/run")(self.run)
@@ -141,20 +146,38 @@ class SimpleResponsesAPIAgent(_MetricsHooks, SimpleServer):
         return run_in_context
 
     def _model_call_capture_enabled(self) -> bool:
+        """Whether the run records model calls for evaluation (``observability_enabled``)."""
         config = getattr(self.server_client, "global_config_dict", None)
         return bool(config.get("observability_enabled", False)) if isinstance(config, Mapping) else False
 
+    def _token_id_capture_enabled(self) -> bool:
+        """Whether this agent's model calls record training token ids: the run's ``token_id_capture.enabled``, and
+        its ``all_agents`` or this agent's own ``token_id_capture`` flag (an opt-in, since an external harness may
+        make calls that should not be trained on)."""
+        opted_in = bool(getattr(getattr(self, "config", None), "token_id_capture", False))
+        return _token_id_capture_applies(getattr(self.server_client, "global_config_dict", None), opted_in)
+
+    def _capture_correlation_enabled(self) -> bool:
+        """Whether model calls carry their rollout id at all: either kind of capture needs it."""
+        return self._model_call_capture_enabled() or self._token_id_capture_enabled()
+
     def rollout_id_from_run(self, body: Any) -> str | None:
         """The rollout id of a ``/run`` body when model calls are captured; None otherwise or without indices."""
-        return _correlation.rollout_id_from_run_body(body) if self._model_call_capture_enabled() else None
+        return _correlation.rollout_id_from_run_body(body) if self._capture_correlation_enabled() else None
 
     def url_path_for_run(self, url_path: str, body: Any) -> str:
-        """``url_path`` for this rollout's model calls: ``/ng-rollout/<id>`` + path when captured, else unchanged."""
-        return _correlation.rollout_path_prefix(self.rollout_id_from_run(body)) + url_path
+        """``url_path`` for this rollout's model calls: ``/ng-rollout/<id>`` (plus the training-capture segment when
+        this agent captures tokens) + path when captured, else unchanged."""
+        prefix = _correlation.rollout_path_prefix(
+            self.rollout_id_from_run(body), token_capture=self._token_id_capture_enabled()
+        )
+        return prefix + url_path
 
     def base_url_for_run(self, base_url: str, body: Any) -> str:
         """A model server's root URL with this rollout's prefix (append ``/v1`` after it)."""
-        return _correlation.apply_rollout_prefix(base_url, self.rollout_id_from_run(body))
+        return _correlation.apply_rollout_prefix(
+            base_url, self.rollout_id_from_run(body), token_capture=self._token_id_capture_enabled()
+        )
 
     def url_path_for_request(self, url_path: str, request: Request | None) -> str:
         """``url_path`` with the rollout prefix of the request being served (a prefixed self-call), if any."""
@@ -170,7 +193,9 @@ class SimpleResponsesAPIAgent(_MetricsHooks, SimpleServer):
         NeMo Gym builds it, so a client that replaces that hook (a runner, a test's stand-in) decides the address."""
         client = self.server_client
         settings = _get_first_server_config_dict(client.global_config_dict, model_server_name)
-        return f"{_correlation.apply_rollout_prefix(client._build_server_base_url(settings), rollout_id)}/v1"
+        base = client._build_server_base_url(settings)
+        token_capture = self._token_id_capture_enabled()
+        return f"{_correlation.apply_rollout_prefix(base, rollout_id, token_capture=token_capture)}/v1"
 
     async def responses(
         self, request: Request, response: Response, body: NeMoGymResponseCreateParamsNonStreaming
@@ -321,24 +346,27 @@ def _metrics_from(data: Any) -> AggregateMetrics:
     """:func:`_metrics_answer` of a parsed answer."""
     if _plain_metrics(data, extra_keys=True):
         return AggregateMetrics.model_construct(
-            agent_metrics=data["agent_metrics"],
-            key_metrics=data["key_metrics"],
-            group_level_metrics=data["group_level_metrics"],
+            **{key: data[key] for key in data.keys() & AggregateMetrics.model_fields}
         )
     return AggregateMetrics.model_validate(data)
 
 
 def _plain_metrics(data: Any, extra_keys: bool = False) -> bool:
-    """Whether ``data`` is :class:`AggregateMetrics`'s three containers as parsed JSON (a list of dicts among them),
-    which validating would take as they are; other keys (which the model ignores) only where ``extra_keys``."""
-    if type(data) is not dict or not (data.keys() >= _METRICS_FIELDS if extra_keys else data.keys() == _METRICS_FIELDS):
+    """Whether ``data`` is :class:`AggregateMetrics`'s containers as parsed JSON (lists of dicts among them), which
+    validating would take as they are; other keys (which the model ignores) only where ``extra_keys``."""
+    if type(data) is not dict or not data.keys() >= _METRICS_FIELDS:
         return False
-    groups = data["group_level_metrics"]
+    if not extra_keys and not data.keys() <= _METRICS_FIELDS | _OPTIONAL_METRICS:
+        return False
+    groups, repeats = data["group_level_metrics"], data.get("repeat_level_metrics", [])
     return (
         type(data["agent_metrics"]) is dict
         and type(data["key_metrics"]) is dict
         and type(groups) is list
         and all(type(group) is dict for group in groups)
+        and type(repeats) is list
+        and all(type(repeat) is dict for repeat in repeats)
+        and type(data.get("perf_summary")) in (dict, type(None))
     )
 
 

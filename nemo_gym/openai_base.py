@@ -4,9 +4,10 @@ Kept separate so the two schema modules can both import them without importing e
 """
 
 import functools
+from collections.abc import Iterator, Mapping
 from typing import Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 TOKEN_ID_FIELDS: tuple[str, str, str] = ("prompt_token_ids", "generation_token_ids", "generation_log_probs")
 """Fields a training item carries; all three or none."""
@@ -14,7 +15,11 @@ REQUIRED_TOKEN_METADATA_FIELDS: frozenset[str] = frozenset(TOKEN_ID_FIELDS)
 """NeMo Gym's name for the token fields a training item must carry together."""
 TOKEN_METADATA_FIELDS: frozenset[str] = REQUIRED_TOKEN_METADATA_FIELDS | {"routed_experts"}
 """Every token-level field NeMo Gym knows of: the required three, and a mixture-of-experts engine's optional
-``routed_experts`` (not modelled here)."""
+``routed_experts``."""
+
+RoutedExperts = str | list[list[list[int]]]
+"""Per generated token, the experts each MoE layer routed it to (``[tokens][layers][top_k]``), or a framework's opaque
+string encoding of that array: Gym only carries it from the engine to the trainer, so it never decodes the string."""
 
 ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
 
@@ -107,7 +112,8 @@ class KeyAccessMixin:
 
     NeMo Gym's Chat request types are TypedDicts, so code written for it indexes messages and tool calls; ours stay
     validated models and answer the same reads. A key is present when it was given or holds a value: an optional
-    field left unset is absent, as it would be from the dict."""
+    field left unset is absent, as it would be from the dict. They also count as a ``Mapping`` (``isinstance`` checks
+    code makes before reading a dict pass) and iterate over their keys, as the dict would."""
 
     def _present_keys(self) -> list[str]:
         model: Any = self
@@ -132,16 +138,36 @@ class KeyAccessMixin:
     def get(self, key: str, default: Any = None) -> Any:
         return self[key] if key in self._present_keys() else default
 
+    def __iter__(self) -> Iterator[str]:  # a dict's iteration (keys), not BaseModel's (name, value) pairs
+        return iter(self._present_keys())
+
+    def __len__(self) -> int:
+        return len(self._present_keys())
+
+    def items(self) -> list[tuple[str, Any]]:
+        return [(key, getattr(self, key)) for key in self._present_keys()]
+
+    def values(self) -> list[Any]:
+        return [getattr(self, key) for key in self._present_keys()]
+
     def __eq__(self, other: object) -> bool:
         """Equal to the dict it stands for, as NeMo Gym's TypedDict would be (its tests compare the two)."""
         if isinstance(other, dict):
             return _as_dict_reads(self) == other
-        return bool(super().__eq__(other))
+        return super().__eq__(other)  # NotImplemented (for a str, say) must reach Python as it is, not as True
 
     __hash__ = None  # type: ignore[assignment]  # mutable, like the dict it stands for
 
 
-class NeMoGymRequestPart(KeyAccessMixin, NeMoGymStrictModel):
+Mapping.register(KeyAccessMixin)
+
+
+class NeMoGymKeyedModel(KeyAccessMixin, NeMoGymStrictModel):  # type: ignore[misc]  # __iter__: the dict's
+    """A strict model shared by a request (where the SDK has a TypedDict: reasoning, tools, text) and a response (where it
+    has a model): it reads like the dict and equals it, while its dumps keep every field, as the response's would."""
+
+
+class NeMoGymRequestPart(NeMoGymKeyedModel):
     """A strict request-side model that stands for one of the SDK's TypedDicts: it reads like that dict, equals it,
     and dumps to it: only the keys that were given or hold a value (an unset ``name`` is absent, not ``null``)."""
 
@@ -181,12 +207,14 @@ class TokenIDLogProbMixin(BaseModel):
     """Token-level record of one generation, needed by RL trainers to compute policy gradients.
 
     Mix in *before* the item class so these fields dump last. A partial record is useless to a trainer (and usually a
-    bug upstream), so the three fields are all-or-nothing.
+    bug upstream), so the three fields are all-or-nothing; ``routed_experts`` (mixture-of-experts engines only) may
+    come with them, and is left out of dumps when absent.
     """
 
     prompt_token_ids: list[int]
     generation_token_ids: list[int]
     generation_log_probs: list[float]
+    routed_experts: RoutedExperts | None = Field(default=None, exclude_if=is_none)
 
     @model_validator(mode="before")
     @classmethod

@@ -124,7 +124,7 @@ class NeMoGymChatCompletionAssistantMessageParam(NeMoGymRequestPart):
     tool_calls: list[NeMoGymChatCompletionMessageToolCallParam] | None = None
 
 
-class NeMoGymChatCompletionAssistantMessageForTrainingParam(
+class NeMoGymChatCompletionAssistantMessageForTrainingParam(  # type: ignore[misc]  # __iter__: the dict's
     TokenIDLogProbMixin, NeMoGymChatCompletionAssistantMessageParam
 ):
     """A past assistant turn that keeps the exact tokens it was sampled as, so multi-turn training stays on-policy."""
@@ -180,15 +180,17 @@ CHAT_REQUEST_PROVIDER_EXTENSION_FIELDS: frozenset[str] = frozenset(
     {"chat_template_kwargs", "thinking", "output_config"}
 )
 """Request keys some providers add to the Chat Completions body (vLLM's template variables, Anthropic-style reasoning
-settings). NeMo Gym 0.7 makes them fields; here they are not (see below), and this names them for code that leaves
-them out when comparing a request with the SDK's field set."""
+settings), named for code that leaves them out when comparing a request with the SDK's field set. ``thinking`` and
+``output_config`` are fields here as in NeMo Gym 0.7; ``chat_template_kwargs`` is not (see below)."""
 
 
 class NeMoGymChatCompletionCreateParamsNonStreaming(BaseModel):
     """Body of `POST /v1/chat/completions`. Unknown keys are errors; streaming is decided before validation.
 
     Engine-specific knobs (vLLM's `chat_template_kwargs`, `return_tokens_as_token_ids`, ...) are not fields: model
-    servers add them to the outbound JSON from their config or from `metadata`.
+    servers add them to the outbound JSON from their config or from `metadata`. Anthropic's reasoning settings
+    (`thinking`, `output_config`) are: OpenAI-compatible gateways in front of Claude read them from the body, so a
+    model server passes them on as given (NeMo Gym 0.7's judges send them).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -226,6 +228,9 @@ class NeMoGymChatCompletionCreateParamsNonStreaming(BaseModel):
     user: str | None = None
     verbosity: Literal["low", "medium", "high"] | None = Field(default=None, exclude_if=is_none)
     web_search_options: dict[str, Any] | None = None
+    # Open mappings, not the SDK's types: `{"type": "adaptive"}` has no `budget_tokens`. Absent from a dump while unset.
+    thinking: dict[str, Any] | None = Field(default=None, exclude_if=is_none)
+    output_config: dict[str, Any] | None = Field(default=None, exclude_if=is_none)
 
 
 # ----------------------------------------------------------------------------------------------------------------------

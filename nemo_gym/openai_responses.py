@@ -17,7 +17,7 @@ The SDK is imported the first time such an item arrives, not before: `import ope
 """
 
 import functools
-from typing import Annotated, Any, Literal, NotRequired, Required, TypedDict
+from typing import Annotated, Any, Literal, NotRequired, Required
 
 from pydantic import (
     BaseModel,
@@ -30,12 +30,15 @@ from pydantic import (
     TypeAdapter,
     field_validator,
     model_validator,
+    with_config,
 )
+from typing_extensions import TypedDict  # pydantic validates only this one on Python < 3.12
 
 from nemo_gym.openai_base import (
     REQUIRED_TOKEN_METADATA_FIELDS,
     TOKEN_ID_FIELDS,
     TOKEN_METADATA_FIELDS,
+    NeMoGymKeyedModel,
     NeMoGymLenientModel,
     NeMoGymRequestPart,
     NeMoGymStrictModel,
@@ -220,6 +223,7 @@ class NeMoGymResponseFunctionToolCall(NeMoGymStrictModel):
     arguments: str
     id: str | None = None
     status: ItemStatus | None = None
+    namespace: str | None = Field(default=None, exclude_if=is_none)  # which tool set `name` is in, when names repeat
 
 
 class NeMoGymFunctionCallOutput(NeMoGymStrictModel):
@@ -394,7 +398,7 @@ NeMoGymResponseInput = str | list[NeMoGymResponseInputItem]
 # ----------------------------------------------------------------------------------------------------------------------
 
 
-class NeMoGymFunctionTool(NeMoGymStrictModel):
+class NeMoGymFunctionTool(NeMoGymKeyedModel):
     """A function tool; NeMo Gym environments expose their tools as HTTP endpoints named `name`."""
 
     type: Literal["function"] = "function"
@@ -415,7 +419,7 @@ class NeMoGymFunctionToolParam(TypedDict, total=False):
     description: NotRequired[str | None]
 
 
-class NeMoGymToolChoiceFunction(NeMoGymStrictModel):
+class NeMoGymToolChoiceFunction(NeMoGymKeyedModel):
     type: Literal["function"] = "function"
     name: str
 
@@ -423,20 +427,47 @@ class NeMoGymToolChoiceFunction(NeMoGymStrictModel):
 NeMoGymToolChoice = Literal["none", "auto", "required"] | NeMoGymToolChoiceFunction
 
 
-class NeMoGymReasoning(NeMoGymStrictModel):
+ReasoningSummary = Literal["auto", "concise", "detailed"]
+
+
+class NeMoGymReasoning(NeMoGymKeyedModel):
+    """A response's reasoning settings (the SDK's ``Reasoning`` model); a request's are a
+    :class:`NeMoGymReasoningParam` dict."""
+
     effort: ReasoningEffort | None = None
-    summary: Literal["auto", "concise", "detailed"] | None = None
-    generate_summary: Literal["auto", "concise", "detailed"] | None = None
+    summary: ReasoningSummary | None = None
+    generate_summary: ReasoningSummary | None = None
 
 
-class NeMoGymResponseTextConfig(NeMoGymStrictModel):
+@with_config(ConfigDict(extra="forbid"))
+class NeMoGymReasoningParam(TypedDict, total=False):
+    """A request's ``reasoning``: a plain dict, as the SDK's TypedDict is, so an agent can pass it on (or compare it)
+    as the dict it was sent as, with only the keys that were given; unknown keys are refused."""
+
+    effort: ReasoningEffort | None
+    summary: ReasoningSummary | None
+    generate_summary: ReasoningSummary | None
+
+
+def _reasoning_param(value: Any) -> Any:
+    """A reasoning model (the SDK's, or a response's :class:`NeMoGymReasoning`) given for the request's dict: the keys
+    it was given, as with every request model here; unknown null keys (newer SDK fields) are dropped, not refused."""
+    if isinstance(value, BaseModel):
+        value = value.model_dump(exclude_unset=True)
+    if isinstance(value, dict) and None in value.values():
+        known = NeMoGymReasoningParam.__annotations__
+        value = {key: item for key, item in value.items() if item is not None or key in known}
+    return value
+
+
+class NeMoGymResponseTextConfig(NeMoGymKeyedModel):
     """`format` stays a plain dict: its JSON-schema variant has a `schema` key that a pydantic field cannot name."""
 
     format: dict[str, Any] | None = None
     verbosity: Literal["low", "medium", "high"] | None = None
 
 
-class NeMoGymResponsePrompt(NeMoGymStrictModel):
+class NeMoGymResponsePrompt(NeMoGymKeyedModel):
     id: str
     variables: dict[str, Any] | None = None
     version: str | None = None
@@ -462,7 +493,7 @@ class NeMoGymResponseCreateParamsNonStreaming(BaseModel):
     parallel_tool_calls: bool = True
     previous_response_id: str | None = None
     prompt: NeMoGymResponsePrompt | None = None
-    reasoning: NeMoGymReasoning | None = None
+    reasoning: Annotated[NeMoGymReasoningParam | None, BeforeValidator(_reasoning_param)] = None
     service_tier: Literal["auto", "default", "flex", "scale", "priority", "fast", "ultrafast"] | None = None
     store: bool | None = None
     stream: Literal[False] | None = None
@@ -587,6 +618,7 @@ __all__ = [
     "NeMoGymPromptTokensDetails",
     "NeMoGymReasoning",
     "NeMoGymReasoningContent",
+    "NeMoGymReasoningParam",
     "NeMoGymResponse",
     "NeMoGymResponseCreateParamsNonStreaming",
     "NeMoGymResponseError",

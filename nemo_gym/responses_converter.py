@@ -185,8 +185,8 @@ class ResponsesConverter:
             body["temperature"] = params.temperature
         if params.top_p is not None:
             body["top_p"] = params.top_p
-        if params.reasoning is not None and params.reasoning.effort is not None:
-            body["reasoning_effort"] = params.reasoning.effort
+        if params.reasoning is not None and params.reasoning.get("effort") is not None:
+            body["reasoning_effort"] = params.reasoning["effort"]
         if params.metadata is not None:
             body["metadata"] = params.metadata  # model servers read per-request extras (e.g. extra_body) from here
         if params.text is not None and params.text.format is not None:

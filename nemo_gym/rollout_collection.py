@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Coroutine, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +87,7 @@ __all__ = [
     "RolloutCollectionHelper",
     "ServerClient",
     "SharedRolloutCollectionConfig",
+    "_CompletedRollout",
     "_attach_ng_perf",
     "_attach_trajectory_record",
     "_build_trajectory_record",
@@ -100,6 +102,18 @@ __all__ = [
     "migrate_invalid_judge_main_rows",
     "observed_elapsed",
 ]
+
+
+@dataclass(frozen=True)
+class _CompletedRollout:
+    """One finished ``/run``: the row sent, the agent's answer, and how long it took (kept beside the answer, not in
+    it, until ``_attach_ng_perf`` records it). NeMo Gym 0.7's record for drivers that run their own dispatch loop."""
+
+    row: dict[str, Any]
+    result: dict[str, Any]
+    rollout_latency_ms: float | None
+    environment_server: str | None = None
+    environment_server_type: str | None = None
 
 
 class RolloutCollectionHelper:
@@ -144,6 +158,8 @@ class RolloutCollectionHelper:
             output_path=output, concurrency=config.num_samples_in_parallel, resume=config.resume_from_cache,
             rollout_timeout_s=config.rollout_timeout_seconds, capture_dirs=_capture_dirs_from_config(global_config),
             servers=_run_servers(global_config), server_down_deadline_s=config.server_down_deadline_seconds,
+            retry_terminal_timeouts=config.retry_terminal_timeouts,
+            retry_invalid_judge_responses=config.retry_invalid_judge_responses,
         )  # fmt: skip
         await _RolloutCollector(materialized, {}, options, send=send).run()
         results = sorted((row for _, row in _iter_jsonl(output)), key=_rollout_key) if output.exists() else []

@@ -72,6 +72,9 @@ class ComposeOptions:
     allow_unset: bool = False
     """For showing a config (``gym env resolve``): unset ``???`` values and interpolations that cannot be resolved
     are ``???`` in the result and listed in ``ComposedConfig.unset`` instead of being errors."""
+    nulls_unset: bool = False
+    """A server key left ``null`` is not type-checked (0.7's ``GlobalConfigDictParser.parse`` reads shipped configs
+    whose required keys are ``null`` until a run sets them; the server refuses one still null when it starts)."""
 
 
 @dataclass
@@ -143,6 +146,7 @@ def compose(options: ComposeOptions) -> ComposedConfig:
         skip=() if strict else [a.name for a in almost],
         near_misses=strict,
         unset_marker=_UNSET_PLACEHOLDER if options.allow_unset else None,
+        nulls_unset=options.nulls_unset,
     )
     if almost and strict:
         raise_for_almost_servers(almost)

@@ -109,6 +109,7 @@ class GlobalConfigDictParser(BaseModel):
             overrides=[] if settings.skip_load_from_cli else list(sys.argv[1:]),
             initial=deep_merge(base, initial),
             dummy_model=dummy,
+            nulls_unset=True,
         )
         with _env_yaml(settings.dotenv_path, settings.skip_load_from_dotenv):
             config = compose(options).config

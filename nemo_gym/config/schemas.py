@@ -229,7 +229,10 @@ class _Reader:
 
     def module_named(self, name: str) -> _Module:
         relative = Path(*name.split("."))
-        for root in self.roots:
+        # The framework's own modules are read from the package actually imported: a tree holding another copy of
+        # ``nemo_gym`` beside its servers (an unpacked release) would otherwise lend that copy's fields.
+        roots = [_FRAMEWORK_ROOT] if name.split(".")[0] == nemo_gym.__name__ else self.roots
+        for root in roots:
             for candidate in (root / relative.with_suffix(".py"), root / relative / "__init__.py"):
                 if candidate.is_file():
                     return self.module_at(candidate.resolve())

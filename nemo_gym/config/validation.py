@@ -177,13 +177,15 @@ def check_server_blocks(
     skip: Iterable[str] = (),
     near_misses: bool = True,
     unset_marker: str | None = None,
+    nulls_unset: bool = False,
 ) -> None:
     """Report every unknown key and every ill-typed value of every server block, all on one line.
 
     ``skip``: instance names not to check (invalid blocks that ``error_on_almost_servers=false`` drops).
     ``near_misses``: also check blocks with no ``entrypoint`` but a key that looks like a typo of it (otherwise such a
     block is silently not a server). ``unset_marker``: a placeholder standing for an unset value (``gym env resolve``),
-    never type-checked.
+    never type-checked. ``nulls_unset``: a ``null`` value counts as not set yet (a ``${oc.select:key,null}`` placeholder
+    that a run fills in), so the server, not composition, refuses it if it is still null when it starts.
     """
     locator = locator or SourceLocator([], None, [])
     skipped = set(skip)
@@ -198,7 +200,9 @@ def check_server_blocks(
         directory = implementation_dir(server_type, implementation)
         entrypoint = str(inner.get("entrypoint") or "app.py")
         schema = find_server_schema(directory, entrypoint) if directory else None
-        problems.extend(_check_block([name, server_type, implementation], inner, schema, locator, unset_marker))
+        problems.extend(
+            _check_block([name, server_type, implementation], inner, schema, locator, unset_marker, nulls_unset)
+        )
     if problems:
         raise ConfigValueError("; ".join(problems))
 
@@ -219,6 +223,7 @@ def _check_block(
     schema: ServerSchema | None,
     locator: SourceLocator,
     unset_marker: str | None,
+    nulls_unset: bool = False,
 ) -> list[str]:
     declared = set(schema.fields) if schema else set()
     known = FRAMEWORK_KEYS | declared
@@ -244,7 +249,7 @@ def _check_block(
         allowed = ", ".join(d.value for d in Domain)
         message = f"a resources server needs a domain, one of: {allowed}"
         problems.append(locator.describe([*prefix, "domain"], message, at=prefix))
-    unset = {k for k, v in inner.items() if k in known and _holds(v, unset_marker)}
+    unset = {k for k, v in inner.items() if k in known and (_holds(v, unset_marker) or (nulls_unset and v is None))}
     values = {k: v for k, v in inner.items() if k in known and k not in unset}
     models: list[type[BaseModel]] = [_CommonKeys]
     if schema is not None:

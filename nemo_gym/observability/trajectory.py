@@ -9,6 +9,8 @@ reward. Both are called only for runs with capture on or rows that carry observa
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from importlib import import_module
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,7 @@ from nemo_gym.observability.capture import (
     read_available_model_call_records,
 )
 from nemo_gym.observability.correlation import rollout_id_from_run_body
+from nemo_gym.observability.joins import join_model_call_observations
 from nemo_gym.observability.records import (
     AgentInvocation,
     AgentObservationBundle,
@@ -43,6 +46,13 @@ logger = logging.getLogger(__name__)
 
 _TASK_ID_FIELDS = ("task_id", "problem_id", "instance_id")
 _METADATA_FIELDS = tuple(TrajectoryResponseMetadata.model_fields)
+
+_SOURCE_CALL_ASSOCIATIONS: dict[str, str] = {
+    "claude_code": "responses_api_agents.claude_code_agent.observability:associate_claude_code_compaction_calls",
+}
+"""Per observation source, an agent's own ``(bundle, calls) -> bundle`` step run before the generic join: calls the
+agent cannot name itself (Claude Code's hidden summary call of a compaction) that only its own reading can place.
+Named as ``module:function`` and looked up when used, so the core imports no agent code until a row needs it."""
 
 
 def _store_for(rollout_id: str, capture_dirs: list[Path]) -> CaptureStore | None:
@@ -96,8 +106,10 @@ def merge_model_call_capture_into_record(
     if record.get(OBSERVATIONS_KEY) is not None:
         try:
             bundle = AgentObservationBundle.model_validate(record[OBSERVATIONS_KEY])
+            bundle = join_model_call_observations(_source_associated(bundle, calls, rollout_id), calls)
             record[OBSERVATIONS_KEY] = bundle.model_dump(mode="json")
-        except ValueError:
+        except (ValueError, TypeError, AttributeError):
+            logger.warning("could not join the agent observations of rollout %s", rollout_id, exc_info=True)
             gaps.append(ObservationGap(code="agent_observation_join_failed"))
     exclude = None if include_payloads else set(PAYLOAD_FIELDS)
     capture: dict[str, Any] = {
@@ -109,6 +121,26 @@ def merge_model_call_capture_into_record(
         capture["gaps"] = [gap.model_dump(mode="json", exclude_none=True) for gap in gaps]
     record[CAPTURE_KEY] = capture
     return record
+
+
+def _source_associated(
+    bundle: AgentObservationBundle, calls: list[ModelCallRecord], rollout_id: str
+) -> AgentObservationBundle:
+    """``bundle`` after its source's own association step, if it has one; a step that fails (or whose agent code is
+    not installed) leaves the bundle as it was with a ``compaction_model_call_join_failed`` gap, so the generic join
+    of the other calls still happens."""
+    target = _SOURCE_CALL_ASSOCIATIONS.get(bundle.source)
+    if target is None:
+        return bundle
+    module_name, _, function_name = target.partition(":")
+    try:
+        associate: Callable[..., AgentObservationBundle] = getattr(import_module(module_name), function_name)
+        return associate(bundle, calls)
+    except Exception:  # an agent's own code: whatever it raises must not cost the rollout its other joins
+        logger.warning("could not associate the %s calls of rollout %s", bundle.source, rollout_id, exc_info=True)
+        return bundle.model_copy(
+            update={"gaps": [*bundle.gaps, ObservationGap(code="compaction_model_call_join_failed")]}
+        )
 
 
 # ---------------------------------------------------------------------------------------------------------------------

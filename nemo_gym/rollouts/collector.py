@@ -43,6 +43,7 @@ from nemo_gym.jsonl import JsonlWriter, drop_repeated_rows, iter_jsonl, iter_jso
 from nemo_gym.observability.capture import CAPTURE_KEY, OBSERVATIONS_KEY, TRAJECTORY_KEY
 from nemo_gym.rollouts.breaker import Breakers, Server
 from nemo_gym.rollouts.config import DEFAULT_CONCURRENCY, DEFAULT_SERVER_DOWN_DEADLINE_S
+from nemo_gym.rollouts.failure_rules import is_terminal_failure, migrate_invalid_judge_main_rows
 from nemo_gym.rollouts.materialize import (
     ATTEMPT_INDEX_KEY,
     ROLLOUT_INDEX_KEY,
@@ -97,6 +98,10 @@ class CollectionOptions:
     servers: list[Server] = field(default_factory=list)
     """The servers of the run, so a failure's server is named and probed by its config name (``rollouts/breaker.py``);
     a server missing here is still probed, by the address its failure names."""
+    retry_terminal_timeouts: bool = False
+    """On resume, retry terminal timeouts and repairable environment faults (``failure_rules.is_terminal_failure``)."""
+    retry_invalid_judge_responses: bool = False
+    """On resume, move rollouts with an unreadable judge answer to the failures file first, so they run again."""
     server_down_deadline_s: float = DEFAULT_SERVER_DOWN_DEADLINE_S
     """How long a down server may stay down before the run stops (``--server-down-deadline``)."""
     routes: Routes | None = None
@@ -170,6 +175,8 @@ class RolloutCollector:
             for path in (output, failures):
                 if repair_tail(path):
                     tqdm.write(f"note: dropped a partial last line of {path} (a write was interrupted)")
+            if self.options.retry_invalid_judge_responses and (moved := migrate_invalid_judge_main_rows(output)):
+                tqdm.write(f"note: {moved} rollout(s) with an invalid judge response moved to {failures} to run again")
             if output.exists():
                 state.done, repeated = drop_repeated_rows(output, rollout_key)
                 if repeated:
@@ -181,7 +188,7 @@ class RolloutCollector:
                 for _, row in iter_jsonl(failures):
                     key = rollout_key(row)
                     state.attempts[key] += 1
-                    if row.get(FAILURE_TERMINAL_KEY):
+                    if is_terminal_failure(row, retry_terminal_timeouts=self.options.retry_terminal_timeouts):
                         state.terminal.add(key)
         else:
             for path in (output, failures, aggregate_metrics_path(output)):

@@ -45,6 +45,18 @@ class RolloutCollectionConfig(BaseNeMoGymCLIConfig):
     overwrite: bool = Field(
         default=False, description="Replace the results of an earlier run in the output (--overwrite); else refused."
     )
+    retry_terminal_timeouts: bool = Field(
+        default=False,
+        description="On resume, run again failures of class `timeout_exceeded` and the repairable environment faults "
+        "(`reference_missing`, `eval_missing`, `transport_ineligible`) even where the agent marked them terminal "
+        "(within the attempt cap); `skipped` rows never. Off: a failure is terminal exactly when it is marked so.",
+    )
+    retry_invalid_judge_responses: bool = Field(
+        default=False,
+        description="On resume, first move rollouts flagged `invalid_judge_response` from the output to the failures "
+        "file (class `judge_invalid`), so they leave the score and are judged again. Off: such a rollout keeps its "
+        "score (a verifier that scores an unreadable judge answer 0 on purpose).",
+    )
     responses_create_params: dict[str, Any] = Field(
         default_factory=dict, description="Overrides merged over every row's create params (--temperature, …)."
     )

@@ -108,6 +108,8 @@ def run_collection(
         output_path=output,
         concurrency=settings.num_samples_in_parallel,
         resume=settings.resume_from_cache,
+        retry_terminal_timeouts=settings.retry_terminal_timeouts,
+        retry_invalid_judge_responses=settings.retry_invalid_judge_responses,
         rollout_timeout_s=settings.rollout_timeout_seconds,
         show_progress=show_progress,
         capture_dirs=capture_dirs_from_config(composed.config),

@@ -220,3 +220,16 @@ def token_id_capture_enabled_for_agent(global_config_dict: Any, agent_name: str 
     if not isinstance(agents, Mapping):
         return False
     return any(isinstance(agent, Mapping) and bool(agent.get("token_id_capture")) for agent in agents.values())
+
+
+def token_id_capture_applies(global_config_dict: Any, agent_opted_in: bool) -> bool:
+    """Whether an agent's own model calls go under the training-capture path: the run's switch is on, and either
+    ``all_agents`` or the agent's own flag says so.
+
+    Read without validating the block: an agent asks on every rollout, and the model server that records the tokens
+    has already refused a malformed block at start-up. A run without a global config captures nothing.
+    """
+    block = global_config_dict.get(TOKEN_ID_CAPTURE_BLOCK) if isinstance(global_config_dict, Mapping) else None
+    if not isinstance(block, Mapping) or not block.get("enabled", False):
+        return False
+    return agent_opted_in or bool(block.get("all_agents", False))

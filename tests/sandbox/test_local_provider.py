@@ -153,6 +153,25 @@ async def test_serialize_and_connect_share_one_sandbox(provider_config: dict) ->
         assert (await second.exec("cat note.txt")).stdout == "shared\n"
 
 
+async def test_workspace_root_is_0_7s_name_for_root(tmp_path: Path) -> None:
+    """NeMo Gym 0.7 configs say ``workspace_root`` (not made yet) and read ``raw["workspace"]`` off a handle."""
+    root = tmp_path / "outputs" / "local_sandbox"
+    provider = LocalProvider(workspace_root=str(root))
+    handle = await provider.create(SandboxSpec())
+    try:
+        workspace = handle.raw["workspace"]
+        assert isinstance(workspace, Path) and workspace.is_dir() and workspace.is_relative_to(root)
+        assert handle.raw["owned"] is True and handle.raw["env"]["HOME"] == str(workspace)
+        written = await provider.exec(handle, "mkdir -p logs && echo 1 > logs/reward.txt")
+        assert written.return_code == 0
+        assert (workspace / "logs" / "reward.txt").read_text(encoding="utf-8") == "1\n"
+    finally:
+        await provider.close(handle)
+    assert not workspace.exists()
+    with pytest.raises(ValueError, match="not both"):
+        LocalProvider(root=str(root), workspace_root=str(tmp_path / "other"))
+
+
 def test_sync_sandbox_runs_the_same_provider(provider_config: dict) -> None:
     with Sandbox(provider_config, SandboxSpec(files={"a.txt": "sync"})) as sandbox:
         sandbox.start()

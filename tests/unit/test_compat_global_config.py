@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
@@ -109,3 +110,44 @@ def test_default_directories_are_the_composed_defaults() -> None:
     config: dict = {}
     _fill_defaults(config)  # run from the directory the package was imported in
     assert config["cache_dir"] == str(nemo_gym.CACHE_DIR) and config["results_dir"] == str(nemo_gym.RESULTS_DIR)
+
+
+def test_the_parser_face_leaves_a_null_placeholder_to_the_server(tmp_path: Path) -> None:
+    """NeMo Gym 0.7's shipped configs hold required keys as `${oc.select:key,null}` until a run sets them: its
+    parse reads them (finance_agent's tests do); `gym` commands still refuse them when composing a run."""
+    from nemo_gym.config.compose import ComposeOptions, compose
+    from nemo_gym.config.parser_face import GlobalConfigDictParser, GlobalConfigDictParserConfig
+    from nemo_gym.config.validation import ConfigValueError
+
+    server = tmp_path / "resources_servers" / "needs_mode"
+    server.mkdir(parents=True)
+    (server / "app.py").write_text(
+        "from typing import Literal\n"
+        "from nemo_gym.base_resources_server import BaseResourcesServerConfig, SimpleResourcesServer\n"
+        "class NeedsModeConfig(BaseResourcesServerConfig):\n"
+        "    mode: Literal['live', 'local']\n"
+        "class NeedsMode(SimpleResourcesServer):\n"
+        "    config: NeedsModeConfig\n"
+        "if __name__ == '__main__':\n"
+        "    NeedsMode.run_webserver()\n"
+    )
+    # An unpacked release keeps its own (older) `nemo_gym` beside its servers: the fields of our bases still count.
+    (tmp_path / "nemo_gym").mkdir()
+    (tmp_path / "nemo_gym" / "base_resources_server.py").write_text(
+        "from pydantic import BaseModel\nclass BaseResourcesServerConfig(BaseModel):\n    name: str\n"
+    )
+    block = {"entrypoint": "app.py", "domain": "agent", "mode": None, "allowed_agents": ["simple_agent"]}
+    initial = {"needs_mode_server": {"resources_servers": {"needs_mode": block}}}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(tmp_path)
+        parsed = GlobalConfigDictParser().parse(
+            GlobalConfigDictParserConfig(
+                initial_global_config_dict=OmegaConf.create(initial),
+                skip_load_from_cli=True,
+                skip_load_from_dotenv=True,
+                offline=True,
+            )
+        )
+        assert parsed.needs_mode_server.resources_servers.needs_mode.mode is None
+        with pytest.raises(ConfigValueError, match="mode: expected one of 'live' or 'local', got None"):
+            compose(ComposeOptions(initial=initial))

@@ -276,3 +276,14 @@ def test_a_chat_request_dumps_to_what_nemo_gyms_model_and_typeddicts_dump_to() -
     assert {"audio", "prediction", "stream_options", "web_search_options"} <= dumped.keys()
     assert not {"verbosity", "prompt_cache_key", "safety_identifier"} & dumped.keys()
     assert params.model_dump(exclude_unset=True) == {"messages": dumped["messages"]}  # the body to send is unchanged
+    assert not {"thinking", "output_config"} & dumped.keys()  # Anthropic's reasoning settings too, while unset
+
+
+def test_a_chat_request_carries_anthropic_reasoning_settings_to_the_model_server() -> None:
+    """NeMo Gym 0.7's GDPVal judges send Claude's `thinking` / `output_config` through an OpenAI-compatible gateway."""
+    body = {"messages": [{"role": "user", "content": "q"}], "thinking": {"type": "adaptive"}}
+    params = NeMoGymChatCompletionCreateParamsNonStreaming.model_validate(body | {"output_config": {"effort": "high"}})
+    sent = params.model_dump(exclude_unset=True)
+    assert sent["thinking"] == {"type": "adaptive"} and sent["output_config"] == {"effort": "high"}
+    with pytest.raises(ValueError, match="thinkng"):
+        NeMoGymChatCompletionCreateParamsNonStreaming.model_validate(body | {"thinkng": {}})  # a typo is still refused

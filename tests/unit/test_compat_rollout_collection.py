@@ -17,6 +17,7 @@ from nemo_gym.config.server_models import BaseServerConfig
 from nemo_gym.errors import ConfigError
 from nemo_gym.rollout_collection import (
     NG_FAILURE_CLASS_KEY,
+    NG_TERMINAL_KEY,
     RolloutCollectionConfig,
     RolloutCollectionHelper,
     ServerClient,
@@ -187,3 +188,39 @@ async def test_run_from_config_needs_an_input_file(tmp_path: Path, config_reads:
     config = RolloutCollectionConfig(output_jsonl_fpath=str(tmp_path / "o.jsonl"))
     with pytest.raises(ConfigError, match="input_jsonl_fpath"):
         await RolloutCollectionHelper(_InProcessAgent()).run_from_config(config)  # type: ignore[arg-type]
+
+
+async def test_resume_retries_terminal_timeouts_and_invalid_judge_answers_only_when_asked(
+    tmp_path: Path, config_reads: list[int]
+) -> None:
+    """NeMo Gym 0.7's failure contract (GDPVal opts in): off, a terminal timeout and a 0 scored from an unreadable
+    judge answer stay as they are on resume; on, both run again."""
+    first = True
+    runs: list[str] = []
+
+    class Flaky:
+        async def post(self, server_name: str, url_path: str, json: Any = None) -> _Answer:
+            text = json["responses_create_params"]["input"]
+            runs.append(text)
+            if first and text == "slow":
+                return _Answer(200, {NG_FAILURE_CLASS_KEY: "timeout_exceeded", NG_TERMINAL_KEY: True, "reward": 0.0})
+            if first and text == "judged":
+                return _Answer(200, {"reward": 0.0, "invalid_judge_response": True})
+            return _Answer(200, {"reward": 1.0})
+
+    class InProcess(RolloutCollectionHelper):
+        def setup_server_client(self, head_server_config: BaseServerConfig | None = None) -> Any:
+            return Flaky()
+
+    config = _config(tmp_path, "slow", "judged", disable_aggregation=True)
+    await InProcess().run_from_config(config)
+    first = False
+    runs.clear()
+    resumed = config.model_copy(update={"resume_from_cache": True})
+    await InProcess().run_from_config(resumed)
+    assert runs == []  # default: the timeout was marked terminal, the judged row has its score
+
+    opted_in = resumed.model_copy(update={"retry_terminal_timeouts": True, "retry_invalid_judge_responses": True})
+    results = await InProcess().run_from_config(opted_in)
+    assert sorted(runs) == ["judged", "slow"]
+    assert [r["reward"] for r in results] == [1.0, 1.0]

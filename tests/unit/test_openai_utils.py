@@ -215,10 +215,21 @@ def test_input_items_route_to_the_right_class(item: dict[str, Any], expected: ty
 def test_unknown_null_keys_on_items_are_tolerated_but_values_are_not() -> None:
     """Newer SDKs dump fields we do not model as null; those must not break validation, real values must."""
     call = {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"}
-    parsed = NeMoGymResponseCreateParamsNonStreaming.model_validate({"input": [{**call, "namespace": None}]})
-    assert "namespace" not in parsed.input[0].model_dump()
+    parsed = NeMoGymResponseCreateParamsNonStreaming.model_validate({"input": [{**call, "future_field": None}]})
+    assert "future_field" not in parsed.input[0].model_dump()
     with pytest.raises(ValidationError):
-        NeMoGymResponseCreateParamsNonStreaming.model_validate({"input": [{**call, "namespace": "ns"}]})
+        NeMoGymResponseCreateParamsNonStreaming.model_validate({"input": [{**call, "future_field": "x"}]})
+
+
+def test_function_call_namespace_is_kept_when_given_and_left_out_when_not() -> None:
+    """openai 2.44 gives function calls a ``namespace``; an older SDK's dump has none, a newer one's has null."""
+    call = {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"}
+    for given in (call, {**call, "namespace": None}):
+        assert "namespace" not in NeMoGymResponseFunctionToolCall.model_validate(given).model_dump()
+    named = NeMoGymResponseCreateParamsNonStreaming.model_validate({"input": [{**call, "namespace": "weather"}]})
+    item = named.input[0]
+    assert isinstance(item, NeMoGymResponseFunctionToolCall) and item.namespace == "weather"
+    assert item.model_dump()["namespace"] == "weather"
 
 
 # ----------------------------------------------------------------------------------------------------------------------

@@ -84,12 +84,23 @@ class _LocalSandbox:
     def launch_dir(self) -> str:
         return os.path.join(self.base, "launch")
 
+    def __getitem__(self, key: str) -> Any:
+        """NeMo Gym 0.7's local handles are dicts: ``raw["workspace"]`` (the sandbox directory, a ``Path``),
+        ``raw["env"]`` and ``raw["owned"]`` (always true here: every sandbox directory is made, and removed, by us)."""
+        if key == "workspace":
+            return Path(self.home)
+        if key == "env":
+            return self.env
+        if key == "owned":
+            return True
+        raise KeyError(key)
+
 
 class LocalProvider:
     """Sandboxes as Landlock-restricted directories on this machine; see the module docstring for what that means.
 
     Options (the ``local:`` block of a sandbox config): ``root`` (where sandbox directories go; the system temp
-    dir by default), ``landlock`` (``required``: refuse to create without it; ``auto``: warn and run unrestricted;
+    dir by default; ``workspace_root`` is NeMo Gym 0.7's name for it), ``landlock`` (``required``: refuse to create without it; ``auto``: warn and run unrestricted;
     ``off``), ``network``, ``read_paths``/``write_paths`` (added to the defaults), ``shell`` (bash when present, else
     sh), ``default_timeout_s``, ``apply_resource_limits``, ``probe`` (the readiness check after create).
     """
@@ -100,6 +111,7 @@ class LocalProvider:
         self,
         *,
         root: str | None = None,
+        workspace_root: str | None = None,
         landlock: LandlockMode = "required",
         network: bool = False,
         read_paths: list[str] | None = None,
@@ -113,7 +125,10 @@ class LocalProvider:
             raise ValueError(f"local sandbox provider: landlock must be required, auto or off, got {landlock!r}")
         if default_timeout_s is not None and default_timeout_s <= 0:
             raise ValueError("local sandbox provider: default_timeout_s must be > 0")
-        self._root = root
+        if root is not None and workspace_root is not None and root != workspace_root:
+            raise ValueError("local sandbox provider: give root or workspace_root (the same setting), not both")
+        chosen = root if root is not None else workspace_root
+        self._root = os.path.expanduser(chosen) if chosen else None
         self._landlock_mode: LandlockMode = landlock
         self._network = network
         self._read_paths = [*DEFAULT_READ_PATHS, *(read_paths or [])]
@@ -163,6 +178,8 @@ class LocalProvider:
             )
         if spec.image:
             logger.debug("local sandbox provider: image %r ignored (commands run on this machine)", spec.image)
+        if self._root:
+            os.makedirs(self._root, exist_ok=True)  # a root such as 0.7's `outputs/local_sandbox` need not exist yet
         base = tempfile.mkdtemp(prefix="nemo-gym-sandbox-", dir=self._root)
         box = _LocalSandbox(base=os.path.realpath(base), workdir="", env={}, memory_bytes=None)
         try:
