@@ -166,9 +166,10 @@ NeMoGymFunctionCallOutputContent = Annotated[
 # ----------------------------------------------------------------------------------------------------------------------
 
 
-def _without_status(data: Any) -> Any:
-    if isinstance(data, dict) and "status" in data:
-        return {key: value for key, value in data.items() if key != "status"}
+def _without(data: Any, *keys: str) -> Any:
+    """`data` less the named keys, when it is a raw dict that has any of them (a model or other value as it is)."""
+    if isinstance(data, dict) and any(key in data for key in keys):
+        return {key: value for key, value in data.items() if key not in keys}
     return data
 
 
@@ -185,7 +186,7 @@ class NeMoGymEasyInputMessage(NeMoGymStrictModel):
     def _drop_status(cls, data: Any) -> Any:
         """A status is accepted and dropped, as NeMo Gym's easy message ignores it (its environments build easy
         messages with one). In the item unions a status still routes a message to the full form that keeps it."""
-        return _without_status(data)
+        return _without(data, "status")
 
 
 class NeMoGymMessage(NeMoGymStrictModel):
@@ -245,6 +246,13 @@ class NeMoGymReasoningContent(NeMoGymStrictModel):
     type: Literal["reasoning_text"] = "reasoning_text"
     text: str
 
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_output_text_fields(cls, data: Any) -> Any:
+        """Proxies (LiteLLM) send reasoning text as `output_text` parts; once retyped, that part's own `annotations`
+        and `logprobs` are dropped rather than refused, as the API takes neither on reasoning text."""
+        return _without(data, "annotations", "logprobs")
+
 
 class NeMoGymResponseReasoningItem(NeMoGymStrictModel):
     """Model reasoning; open models put their `<think>` text in `summary` so it can be replayed verbatim."""
@@ -259,8 +267,9 @@ class NeMoGymResponseReasoningItem(NeMoGymStrictModel):
     @classmethod
     def _drop_status(cls, data: Any) -> Any:
         """A status is accepted and dropped: OpenAI's API refuses a reasoning item's status when it is replayed in a
-        later request, and NeMo Gym's reasoning item has none (its environments compare items built with one)."""
-        return _without_status(data)
+        later request, and NeMo Gym's reasoning item has none (its environments compare items built with one). A
+        `role` (LiteLLM adds one) is dropped too: a reasoning item has no role to keep, and the API refuses one."""
+        return _without(data, "status", "role")
 
 
 class NeMoGymResponseOutputMessageForTraining(TokenIDLogProbMixin, NeMoGymResponseOutputMessage):

@@ -34,6 +34,7 @@ from nemo_gym.openai_responses import (
     NeMoGymResponseInputTokensDetails,
     NeMoGymResponseOutputMessage,
     NeMoGymResponseOutputMessageForTraining,
+    NeMoGymResponseOutputRefusal,
     NeMoGymResponseOutputText,
     NeMoGymResponseOutputTokensDetails,
     NeMoGymResponseReasoningItem,
@@ -320,9 +321,10 @@ class ResponsesConverter:
         message: NeMoGymChatCompletionMessage | Mapping[str, Any],
         status: Literal["completed", "incomplete"] = "completed",
     ) -> list[OutputItem]:
-        """Reasoning item (from `<think>` spans), then a message (if text remains or nothing else was produced), then
-        one function call per tool call. With token fields on `message`, the last item becomes its ForTraining
-        variant: it closes the generation those tokens describe."""
+        """Reasoning item (from `<think>` spans), then a message (if text or a refusal remains, or nothing else was
+        produced), then one function call per tool call. A refusal is kept as the message's refusal part, so the
+        provider's safety signal reaches the agent. With token fields on `message`, the last item becomes its
+        ForTraining variant: it closes the generation those tokens describe."""
         if isinstance(message, Mapping):
             message_cls = (
                 NeMoGymChatCompletionMessageForTraining
@@ -344,12 +346,14 @@ class ResponsesConverter:
                 )
 
         tool_calls = message.tool_calls or []
-        if text.strip() or (not items and not tool_calls):
-            items.append(
-                NeMoGymResponseOutputMessage(
-                    id=_new_id("msg"), content=[NeMoGymResponseOutputText(text=text)], status=status
-                )
-            )
+        refusal = message.refusal or ""
+        content: list[NeMoGymResponseOutputText | NeMoGymResponseOutputRefusal] = []
+        if text.strip() or (not items and not tool_calls and not refusal):
+            content.append(NeMoGymResponseOutputText(text=text))
+        if refusal:
+            content.append(NeMoGymResponseOutputRefusal(refusal=refusal))
+        if content:
+            items.append(NeMoGymResponseOutputMessage(id=_new_id("msg"), content=[*content], status=status))
         for tool_call in tool_calls:
             items.append(
                 NeMoGymResponseFunctionToolCall(
@@ -371,8 +375,16 @@ class ResponsesConverter:
         self,
         responses_create_params: NeMoGymResponseCreateParamsNonStreaming | Mapping[str, Any],
         chat_completion: NeMoGymChatCompletion | Mapping[str, Any],
+        *,
+        preserve_envelope_id: bool = False,
     ) -> NeMoGymResponse:
-        """Wrap the first choice of a Chat completion as a Response that echoes the request parameters."""
+        """Wrap the first choice of a Chat completion as a Response that echoes the request parameters.
+
+        The Response gets a fresh `resp_` id, so ids stay unique whatever the backend sends; with
+        `preserve_envelope_id` it keeps the completion's own id instead (when it has one), so a call captured under
+        that id can be joined back to the response the client scores. A provider's own finish reason
+        (`native_finish_reason`, e.g. OpenRouter's "refusal") is kept on the Response under the same name.
+        """
         params = responses_create_params
         if not isinstance(params, NeMoGymResponseCreateParamsNonStreaming):
             params = NeMoGymResponseCreateParamsNonStreaming.model_validate(params)
@@ -383,8 +395,12 @@ class ResponsesConverter:
 
         choice = chat_completion.choices[0]
         incomplete_reason = INCOMPLETE_FINISH_REASONS.get(choice.finish_reason)
+        native_finish_reason = get_field(choice, "native_finish_reason")
+        provider_fields: dict[str, Any] = {}
+        if native_finish_reason is not None:
+            provider_fields["native_finish_reason"] = str(native_finish_reason)
         return NeMoGymResponse(
-            id=_new_id("resp"),
+            id=chat_completion.id if preserve_envelope_id and chat_completion.id else _new_id("resp"),
             created_at=chat_completion.created,
             model=chat_completion.model,
             output=[*self.postprocess_chat_response(choice)],  # a new list: the type checker wants the wider type
@@ -392,6 +408,7 @@ class ResponsesConverter:
             incomplete_details=NeMoGymIncompleteDetails(reason=incomplete_reason) if incomplete_reason else None,
             usage=_responses_usage(chat_completion.usage),
             **{name: getattr(params, name) for name in RESPONSE_ECHO_FIELDS},
+            **provider_fields,
         )
 
     # ------------------------------------------------------------------------------------------------------------------

@@ -10,8 +10,6 @@ from __future__ import annotations
 import difflib
 import logging
 import os
-import re
-import secrets
 import sys
 import urllib.error
 import urllib.request
@@ -21,12 +19,10 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import orjson
 import uvicorn
-from fastapi import FastAPI, Request
-from fastapi.encoders import jsonable_encoder
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi import FastAPI
+from fastapi.responses import Response
 from omegaconf import DictConfig
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, PrivateAttr
 
 from nemo_gym.config.head_fetch import HEAD_SERVER_URL_ENV_VAR as HEAD_SERVER_URL_ENV_VAR
 from nemo_gym.config.head_fetch import fetch_config_from_head_server as fetch_config_from_head_server
@@ -47,24 +43,25 @@ from nemo_gym.global_config import (
 from nemo_gym.observability.correlation import apply_rollout_prefix, rollout_path_prefix
 from nemo_gym.transport import access, heap, local_socket, runtime
 from nemo_gym.transport.admission import in_admitted_request
+from nemo_gym.transport.error_answers import answer_upstream_failures_outside as _answer_upstream_failures_outside
+from nemo_gym.transport.error_answers import install_error_handlers as _install_error_handlers
 from nemo_gym.transport.routes import BodyRoute as _BodyRoute
 from nemo_gym.transport.routes import ServerApp as _ServerApp
+from nemo_gym.transport.session_cookie import SESSION_ID_KEY, SessionCookieMiddleware
+from nemo_gym.transport.shared_session import GlobalAIOHTTPAsyncClientConfig
 from nemo_gym.transport.types import ServerTimeoutError, TransportError
 from nemo_gym.verifiers.offload import RAY_ADDRESS_ENV_VAR as _RAY_ADDRESS_ENV_VAR
 
 if TYPE_CHECKING:
     import aiohttp
 
-    from nemo_gym.transport.http_client import get_session as get_global_aiohttp_client
     from nemo_gym.transport.passthrough import check_status as raise_for_status
-    from nemo_gym.transport.passthrough import request as request
 
 _HTTP_CLIENT = "nemo_gym.transport.http_client"
 _LEAN_CLIENT = "nemo_gym.transport.lean_client"
 
 logger = logging.getLogger(__name__)
 
-SESSION_ID_KEY = "session_id"
 REQUEST_DEBUG_KEY = "global_aiohttp_client_request_debug"
 """Top-level config key (NeMo Gym's name): servers print full request and response details of failed calls."""
 FASTAPI_WORKER_ENV_VAR = "IS_NEMO_GYM_FASTAPI_WORKER"
@@ -86,6 +83,7 @@ __all__ = [
     "BaseServer",
     "BaseServerConfig",
     "ConfigError",
+    "GlobalAIOHTTPAsyncClientConfig",
     "ServerClient",
     "ServerTimeoutError",
     "SessionCookieMiddleware",
@@ -98,7 +96,9 @@ __all__ = [
     "get_global_config_dict",
     "get_response_json",
     "get_server_url",
+    "global_aiohttp_client_exit",
     "in_admitted_request",
+    "is_global_aiohttp_client_setup",
     "is_global_aiohttp_client_request_debug_enabled",
     "is_nemo_gym_fastapi_entrypoint",
     "json_response",
@@ -107,6 +107,8 @@ __all__ = [
     "raise_open_file_limit",
     "request",
     "rollout_path_prefix",
+    "set_global_aiohttp_client",
+    "setup_server_client",
 ]
 
 
@@ -124,20 +126,94 @@ async def get_response_json(response: aiohttp.ClientResponse) -> Any:
 
 def __getattr__(name: str) -> Any:
     # The HTTP client (aiohttp, ~10 MB) is loaded on first use, so servers that never call another server skip it.
-    # `raise_for_status` and `request` are NeMo Gym's: awaitable, and in aiohttp's own terms (transport/passthrough).
+    # `raise_for_status` is NeMo Gym's: awaitable, and in aiohttp's own terms (transport/passthrough).
     if name == "raise_for_status":
         from nemo_gym.transport.passthrough import check_status
 
         return check_status
-    if name == "request":
-        from nemo_gym.transport.passthrough import request
-
-        return request
-    if name == "get_global_aiohttp_client":
-        from nemo_gym.transport.http_client import get_session
-
-        return get_session
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# NeMo Gym's "global aiohttp client": the running loop's pooled session (transport/shared_session.py). The state is
+# kept here, as module attributes, because NeMo Gym's tests set it here.
+
+_GLOBAL_AIOHTTP_CLIENT: aiohttp.ClientSession | None = None
+"""The session ``set_global_aiohttp_client`` made; ``None`` until then (each loop then makes its own on first use)."""
+_GLOBAL_AIOHTTP_CLIENT_REQUEST_DEBUG: bool = False
+"""Print full details of failed calls (``global_aiohttp_client_request_debug``), as set by the client's config."""
+_GLOBAL_AIOHTTP_CLIENT_QUEUE_TELEMETRY: bool = False
+"""Label each call of :func:`request` with its destination (``nemo_gym.telemetry.connection_pool``)."""
+
+
+def get_global_aiohttp_client(*_parser_args: Any, **_parser_kwargs: Any) -> aiohttp.ClientSession:
+    """The session NeMo Gym code sends its own requests through: the one ``set_global_aiohttp_client`` made while it
+    can serve the running loop, else the running loop's pooled session (the one :class:`ServerClient` uses). NeMo
+    Gym's arguments (a config parser to read the config with) are accepted; the config is already resolved here."""
+    from nemo_gym.transport.shared_session import running_loop_session, usable_here
+
+    client = _GLOBAL_AIOHTTP_CLIENT
+    if client is not None and usable_here(client):
+        return client
+    session = running_loop_session()
+    if session is None:
+        raise RuntimeError("get_global_aiohttp_client() needs a running event loop: sessions belong to one loop")
+    return session
+
+
+def set_global_aiohttp_client(cfg: GlobalAIOHTTPAsyncClientConfig) -> aiohttp.ClientSession | None:
+    """Apply ``cfg`` (pool sizes, keep-alive, request debugging) and make the running loop's session the global one.
+
+    Called outside a running loop, only the settings are applied and ``None`` comes back: the session is made in
+    the loop that first uses it. As in NeMo Gym, a global client that is still open must be given up first
+    (:func:`global_aiohttp_client_exit`, or setting ``_GLOBAL_AIOHTTP_CLIENT`` to ``None``).
+    """
+    from nemo_gym.transport.shared_session import apply_client_config, running_loop_session, usable_here
+
+    global _GLOBAL_AIOHTTP_CLIENT, _GLOBAL_AIOHTTP_CLIENT_REQUEST_DEBUG, _GLOBAL_AIOHTTP_CLIENT_QUEUE_TELEMETRY
+    if _GLOBAL_AIOHTTP_CLIENT is not None and usable_here(_GLOBAL_AIOHTTP_CLIENT):
+        raise RuntimeError("a global aiohttp client is already set up; call global_aiohttp_client_exit() to replace it")
+    apply_client_config(cfg)
+    _GLOBAL_AIOHTTP_CLIENT_REQUEST_DEBUG = cfg.global_aiohttp_client_request_debug
+    _GLOBAL_AIOHTTP_CLIENT_QUEUE_TELEMETRY = False  # our pool keeps no per-destination queue metrics
+    _GLOBAL_AIOHTTP_CLIENT = running_loop_session()
+    return _GLOBAL_AIOHTTP_CLIENT
+
+
+def is_global_aiohttp_client_setup() -> bool:
+    return _GLOBAL_AIOHTTP_CLIENT is not None
+
+
+def global_aiohttp_client_exit() -> None:
+    """Close the global client (from synchronous code, e.g. a test's teardown) and forget it."""
+    global _GLOBAL_AIOHTTP_CLIENT, _GLOBAL_AIOHTTP_CLIENT_QUEUE_TELEMETRY
+    client, _GLOBAL_AIOHTTP_CLIENT = _GLOBAL_AIOHTTP_CLIENT, None
+    _GLOBAL_AIOHTTP_CLIENT_QUEUE_TELEMETRY = False
+    if client is not None:
+        from nemo_gym.transport.shared_session import close_anywhere
+
+        close_anywhere(client)
+
+
+async def request(
+    method: str,
+    url: str,
+    _internal: bool = False,
+    _max_connection_retries: int | None = None,
+    _server_name: str | None = None,
+    **kwargs: Any,
+) -> aiohttp.ClientResponse:
+    """NeMo Gym's ``request``: aiohttp's keyword arguments, the response's body left unread (see
+    :mod:`nemo_gym.transport.passthrough`), sent through :func:`get_global_aiohttp_client`'s session."""
+    from nemo_gym.transport.passthrough import request as send
+
+    session = get_global_aiohttp_client()
+    if not _GLOBAL_AIOHTTP_CLIENT_QUEUE_TELEMETRY:
+        return await send(method, url, _internal, _max_connection_retries, _server_name, session=session, **kwargs)
+    from nemo_gym.telemetry.connection_pool import destination
+
+    with destination(_server_name):
+        return await send(method, url, _internal, _max_connection_retries, _server_name, session=session, **kwargs)
 
 
 def get_server_url(server_name: str) -> str:
@@ -147,7 +223,10 @@ def get_server_url(server_name: str) -> str:
 
 
 def is_global_aiohttp_client_request_debug_enabled() -> bool:
-    """Whether the config asks for full details of failed calls (``global_aiohttp_client_request_debug``)."""
+    """Whether full details of failed calls are asked for: by the config (``global_aiohttp_client_request_debug``),
+    or by the settings the global client was set up with."""
+    if _GLOBAL_AIOHTTP_CLIENT_REQUEST_DEBUG:
+        return True
     config = maybe_get_global_config_dict()
     return bool(config is not None and config.get(REQUEST_DEBUG_KEY, False))
 
@@ -178,6 +257,10 @@ class ServerClient(BaseModel):
     head_server_config: BaseServerConfig
     global_config_dict: DictConfig
 
+    _server_base_urls: dict[str, str] = PrivateAttr(default_factory=dict)
+    """Base URLs by server name that take precedence over the config (NeMo Gym's name; its tests fill it to point
+    a client at servers they started themselves)."""
+
     def model_post_init(self, context: Any) -> None:
         # A config with the run's token (a server's own, the launcher's): every server it names gets the token.
         _register_run_token(self.global_config_dict)
@@ -207,6 +290,9 @@ class ServerClient(BaseModel):
     def server_base_url(self, server_name: str) -> str:
         """``http://host:port`` of an instance. Cached: walking an OmegaConf tree on every call was the agent's
         single largest cost per request. An entry is only used while ``global_config_dict`` is the same object."""
+        pinned = self._server_base_urls.get(server_name)
+        if pinned is not None:
+            return pinned
         if "_build_server_base_url" in vars(self):  # replaced on this client: its answer is not the shared one
             return self._lookup_base_url(server_name)
         config = self.global_config_dict
@@ -275,6 +361,18 @@ class ServerClient(BaseModel):
         return await self.request("GET", server_name, url_path, **kwargs)
 
 
+def setup_server_client(head_server_config: BaseServerConfig | None = None) -> ServerClient:
+    """A :class:`ServerClient` for this process's servers, with the process's HTTP client sized by the same config
+    (``global_aiohttp_connector_limit``, ...) unless one is set up already. NeMo Gym's helper for scripts and the
+    rollout collector."""
+    client = ServerClient.load_from_global_config(head_server_config)
+    if not is_global_aiohttp_client_setup():
+        config = client.global_config_dict
+        keys = [key for key in GlobalAIOHTTPAsyncClientConfig.model_fields if config.get(key) is not None]
+        set_global_aiohttp_client(GlobalAIOHTTPAsyncClientConfig.model_validate({key: config[key] for key in keys}))
+    return client
+
+
 def _client_modules() -> tuple[Any, Any]:
     """``http_client`` and ``lean_client``, imported on first use (they load aiohttp), then read from the module table:
     an import statement with a from-list runs importlib's ``_handle_fromlist`` in Python on every call."""
@@ -282,53 +380,6 @@ def _client_modules() -> tuple[Any, Any]:
     if http_client is None or lean_client is None:
         from nemo_gym.transport import http_client, lean_client
     return http_client, lean_client
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# Sessions
-
-
-class SessionCookieMiddleware:
-    """Gives every client a session id, carried in a cookie named after this server instance.
-
-    The id is exposed as ``request.session["session_id"]``. Each server has its own cookie name, so one cookie jar (an
-    agent threading cookies through a rollout) carries the sessions of several servers at once. Ids are random
-    128-bit tokens; a cookie that is not one is replaced. Every response carries the cookie, as NeMo Gym's do: a
-    caller that keeps only the last response's cookies (``cookies = resp.cookies``) stays in its session.
-    """
-
-    def __init__(self, app: Any, cookie_name: str) -> None:
-        self.app = app
-        self.cookie_name = cookie_name
-        self._prefix = f"{cookie_name}=".encode()
-        # One part of a Cookie header that is exactly `<name>=<32 lowercase hex>` (spaces around it allowed).
-        self._valid = re.compile(
-            rb"(?:^|;)[ \t\n\r\x0b\x0c]*" + re.escape(self._prefix) + rb"([0-9a-f]{32})[ \t\n\r\x0b\x0c]*(?:;|\Z)"
-        )
-
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        session_id = self._read_cookie(scope) or secrets.token_hex(16)
-        scope["session"] = {SESSION_ID_KEY: session_id}
-        cookie = f"{self.cookie_name}={session_id}; Path=/; HttpOnly; SameSite=Lax".encode()
-
-        async def send_with_cookie(message: dict) -> None:
-            if message["type"] == "http.response.start":
-                message.setdefault("headers", [])
-                message["headers"] = [*message["headers"], (b"set-cookie", cookie)]
-            await send(message)
-
-        await self.app(scope, receive, send_with_cookie)
-
-    def _read_cookie(self, scope: dict) -> str | None:
-        for name, value in scope.get("headers", ()):
-            if name == b"cookie" and self._prefix in value:
-                found = self._valid.search(value)
-                if found is not None:
-                    return found.group(1).decode("latin-1")
-        return None
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -389,39 +440,32 @@ class SimpleServer(BaseServer):
         app.router.route_class = _BodyRoute  # typed body routes without FastAPI's general path, same answers
         self.setup_session_middleware(app)
         app.get("/")(self._health)
-        server_name = self.config.name
-
-        @app.exception_handler(TransportError)
-        async def _inner_server_failed(request: Request, error: TransportError) -> JSONResponse:
-            logger.warning("%s %s: %s", server_name, request.url.path, error)
-            content = {
-                "error": str(error),
-                "server": server_name,
-                "upstream_server": getattr(error, "server", None),
-                "upstream_path": getattr(error, "url_path", None),
-                "upstream_status": getattr(error, "status", None),
-                "upstream_timeout": isinstance(error, ServerTimeoutError),
-            }
-            return JSONResponse(status_code=502, content=content)
-
-        @app.exception_handler(Exception)
-        async def _unexpected(request: Request, error: Exception) -> JSONResponse:
-            logger.exception("%s %s failed", server_name, request.url.path)
-            message = access.short_echo(f"{type(error).__name__}: {error}")
-            return JSONResponse(
-                status_code=500, content={"error": message, "server": server_name, "path": request.url.path}
-            )
-
-        @app.exception_handler(RequestValidationError)
-        async def _invalid_body(request: Request, error: RequestValidationError) -> JSONResponse:
-            # FastAPI's own handler echoes each bad value whole: a 15 MB body would come back as a 15 MB error.
-            details = [
-                {**item, "input": access.short_echo(item.get("input"))} if "input" in item else item
-                for item in error.errors()
-            ]
-            return JSONResponse(status_code=422, content={"detail": jsonable_encoder(details)})
-
+        _install_error_handlers(app, self.config.name)
         return app
+
+    def setup_exception_middleware(self, app: FastAPI) -> None:
+        """Turn a failure inside a handler into an answer instead of a dropped connection (NeMo Gym 0.7's name).
+
+        :meth:`create_app` already does this, so for its apps this only confirms it; an app built some other way
+        gets the same handlers. A subclass that overrides this to add its own ``@app.middleware("http")`` and then
+        calls ``super()`` works as in NeMo Gym; :meth:`run_webserver` calls it on every server. For such a subclass
+        the 502 for a failed inner call (:mod:`nemo_gym.transport.error_answers`) moves outside its middleware, so
+        that middleware sees the error as raised, as NeMo Gym's order has it.
+        """
+        _install_error_handlers(app, self.config.name)
+        if type(self).setup_exception_middleware is not SimpleServer.setup_exception_middleware:
+            _answer_upstream_failures_outside(app, self.config.name)
+
+    def setup_cancellation_middleware(self, app: FastAPI) -> None:
+        """Stop handling a request whose client disconnected (NeMo Gym 0.7's name; see
+        :mod:`nemo_gym.transport.cancellation`). Called last by :meth:`run_webserver`, so the layer wraps every
+        other middleware; calling it again changes nothing."""
+        if getattr(app.state, "has_cancellation_middleware", False):
+            return
+        from nemo_gym.transport.cancellation import DisconnectCancellation
+
+        app.add_middleware(DisconnectCancellation)
+        app.state.has_cancellation_middleware = True
 
     def guarded(self, app: Any) -> access.AccessMiddleware:
         """``app`` behind the run token, the body limit and JSON-only bodies (:mod:`nemo_gym.transport.access`).
@@ -488,6 +532,8 @@ class SimpleServer(BaseServer):
         server = cls(config=config, server_client=ServerClient.load_from_global_config())
         app = server.setup_webserver()
         server.setup_liveness(app)
+        server.setup_exception_middleware(app)
+        server.setup_cancellation_middleware(app)  # last: it wraps every other middleware
         if not global_config.get(access.RUN_TOKEN_KEY):
             logger.warning("%s: no run token in its config (auth: false, or started by hand): it answers anyone", name)
         if global_config.get("dry_run"):

@@ -1,7 +1,8 @@
 """Model-call capture: every ``/v1/*`` exchange of a correlated rollout, appended to ``<dir>/<rollout_id>.capture.jsonl``.
 
 It is on only when the run sets ``observability_enabled: true`` and an absolute ``model_call_capture_dir``; a model
-server without it installs no middleware, so the request path is untouched. With it, agents post to
+server without it still routes ``/ng-rollout/<id>/...`` as ``/...`` (an agent or harness may add the prefix anyway,
+and a server such as switchyard_model reads the id from it). With it, agents post to
 ``/ng-rollout/<id>/v1/...``; :class:`_CaptureMiddleware` strips the prefix, forwards request and response unchanged
 (streams included), keeps a copy, and appends one exchange per call off the event loop. The final body message is
 held back until the exchange is on disk, so a caller that reads the capture after the answer finds it there. The
@@ -27,7 +28,7 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from nemo_gym.config.server_models import ModelServerRef
 from nemo_gym.errors import ConfigError
-from nemo_gym.observability.correlation import ROLLOUT_ID_PATTERN, split_rollout_path
+from nemo_gym.observability.correlation import ROLLOUT_ID_PATTERN, RolloutContextMiddleware, split_rollout_path
 
 logger = logging.getLogger(__name__)
 
@@ -576,10 +577,12 @@ class _CaptureMiddleware:
 
 
 def install_model_call_capture(app: Any, config: ModelCallCaptureConfig, *, model_server_name: str | None) -> bool:
-    """Add :class:`_CaptureMiddleware` when capture is on (True); otherwise add nothing (False).
+    """Add :class:`_CaptureMiddleware` when capture is on (True); otherwise only the prefix stripping (False).
 
-    An enabled ``token_id_capture`` block also adds training-token capture (``token_capture.py``) outside it.
+    An enabled ``token_id_capture`` block also adds training-token capture (``token_capture.py``) outside it. The
+    ``/ng-rollout/<id>`` prefix is always stripped before routing, capture or not, as NeMo Gym's model servers do.
     """
+    app.add_middleware(RolloutContextMiddleware)  # innermost: a no-op on paths the capture layers already stripped
     directory = config.model_call_capture_dir if config.observability_enabled else None
     evaluation = directory is not None
     if directory is not None:

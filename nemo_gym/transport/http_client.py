@@ -36,8 +36,18 @@ from yarl import URL
 
 from nemo_gym.transport import access, lean_client
 from nemo_gym.transport.admission import NESTED_HEADER, HostGate, QueueTimeout
+from nemo_gym.transport.failures import (
+    _describe_failure,
+    _final_error,
+    _path_of,
+    _request_error,
+    _timeout_error,
+    status_error,
+    without_credentials,
+)
 from nemo_gym.transport.origins import origin_of
 from nemo_gym.transport.types import (
+    UPSTREAM_FAILURE_HEADER,
     ServerRequestError,
     ServerTimeoutError,
     TransportConfig,
@@ -74,7 +84,6 @@ RETRYABLE_STATUSES: Final[frozenset[int]] = frozenset({429, 502, 503, 504})
 """Statuses meaning "the server (or a proxy in front of it) did not act on this request; try again later"."""
 
 _RETRY_AFTER_STATUSES: Final[frozenset[int]] = frozenset({429, 503})
-_SNIPPET_CHARS: Final[int] = 200
 _JSON_HEADERS: Final[Mapping[str, str]] = {"Content-Type": "application/json"}
 _NESTED_HEADERS: Final[Mapping[str, str]] = {NESTED_HEADER: "1"}
 _NESTED_JSON_HEADERS: Final[Mapping[str, str]] = {**_JSON_HEADERS, **_NESTED_HEADERS}
@@ -263,58 +272,6 @@ def raise_for_status(
     raise status_error(resp, resp._body, server_name, url_path)  # request() always reads the body before returning
 
 
-def status_error(
-    resp: aiohttp.ClientResponse, body: bytes | None, server_name: str | None = None, url_path: str | None = None
-) -> ServerRequestError:
-    """The error for a non-2xx response whose body is ``body``: server, path, status and the start of the body."""
-    target = _describe_target(resp.url, server_name)
-    path = _path_of(resp.url, url_path)
-    snippet = _snippet(body)
-    message = f"{resp.method} {path} to {target} returned HTTP {resp.status} {resp.reason or ''}".rstrip()
-    if snippet:
-        message += f": {snippet}"
-    return ServerRequestError(
-        message, server=target, url_path=path, status=resp.status, attempts=1, body_snippet=snippet
-    )
-
-
-def _describe_target(url: str | URL, server_name: str | None) -> str:
-    try:
-        parsed = url if isinstance(url, URL) else URL(url)
-        host_port = f"{parsed.host}:{parsed.port}" if parsed.host else str(url)
-    except (TypeError, ValueError):
-        host_port = str(url)
-    return f"server '{server_name}' ({host_port})" if server_name else host_port
-
-
-def _path_of(url: str | URL, url_path: str | None) -> str:
-    if url_path:
-        return without_credentials(url_path)
-    try:
-        return (url if isinstance(url, URL) else URL(url)).path or "/"
-    except (TypeError, ValueError):
-        return str(url)
-
-
-def without_credentials(url: str | URL) -> str:
-    """``url`` as an error message or a log line may show it: without ``user:password@``."""
-    text = str(url)
-    if "@" not in text or "://" not in text:
-        return text
-    try:
-        return str(URL(text).with_user(None))
-    except (TypeError, ValueError):
-        return text.split("://", 1)[0] + "://<unparseable URL>"
-
-
-def _snippet(body: bytes | None) -> str:
-    if not body:
-        return ""
-    text = body[: _SNIPPET_CHARS * 4].decode("utf-8", errors="replace")
-    text = " ".join(text.split())
-    return text if len(text) <= _SNIPPET_CHARS else text[:_SNIPPET_CHARS] + "..."
-
-
 def _build_headers(
     headers: Mapping[str, str] | None, cookies: Cookies | None, is_json: bool, nested: bool = False
 ) -> Mapping[str, str] | None:
@@ -488,7 +445,7 @@ async def request(
             except aiohttp.ClientError as exc:
                 # The server already answered, so it acted on the request: never retried.
                 raise _request_error(method, url, server_name, url_path, attempt, exc) from exc
-            if retry is False or resp.status not in RETRYABLE_STATUSES:
+            if retry is False or resp.status not in RETRYABLE_STATUSES or _answered(resp):
                 return resp
             failure = resp
         finally:
@@ -515,6 +472,11 @@ async def request(
         timeout = aiohttp.ClientTimeout(total=max(deadline - loop.time(), 0.001), sock_connect=cfg.connect_timeout_s)
 
 
+def _answered(resp: aiohttp.ClientResponse) -> bool:
+    """A 502 from a server of ours whose own call to another server failed: its answer, never retried."""
+    return resp.status == 502 and UPSTREAM_FAILURE_HEADER in resp.headers
+
+
 def _backoff_s(cfg: TransportConfig, attempt: int, failure: aiohttp.ClientResponse | BaseException) -> float:
     if isinstance(failure, aiohttp.ClientResponse) and failure.status in _RETRY_AFTER_STATUSES:
         retry_after = _retry_after_s(failure)
@@ -523,81 +485,3 @@ def _backoff_s(cfg: TransportConfig, attempt: int, failure: aiohttp.ClientRespon
             return min(retry_after, cfg.retry_after_cap_s) + random.uniform(0.0, cfg.backoff_base_s)
     bound = min(cfg.backoff_cap_s, cfg.backoff_base_s * (2 ** (attempt - 1)))
     return random.uniform(0.0, bound)
-
-
-def _describe_failure(failure: aiohttp.ClientResponse | BaseException) -> str:
-    if isinstance(failure, aiohttp.ClientResponse):
-        return f"HTTP {failure.status} {failure.reason or ''}".rstrip()
-    return f"{type(failure).__name__}: {failure}"
-
-
-def _final_error(
-    method: str,
-    url: str | URL,
-    server_name: str | None,
-    url_path: str | None,
-    cfg: TransportConfig,
-    attempts: int,
-    failure: aiohttp.ClientResponse | BaseException,
-    note: str,
-) -> TransportError:
-    target = _describe_target(url, server_name)
-    path = _path_of(url, url_path)
-    plural = "s" if attempts != 1 else ""
-    if isinstance(failure, aiohttp.ConnectionTimeoutError):
-        message = (
-            f"{method} {path} to {target} could not connect within {cfg.connect_timeout_s:g} s "
-            f"(connect_timeout_s) after {attempts} attempt{plural}{note}"
-        )
-        error: TransportError = ServerTimeoutError(
-            message, server=target, url_path=path, timeout_s=cfg.connect_timeout_s, attempts=attempts
-        )
-        error.__cause__ = failure
-        return error
-    status: int | None = None
-    snippet = ""
-    if isinstance(failure, aiohttp.ClientResponse):
-        status = failure.status
-        snippet = _snippet(failure._body)
-    message = f"{method} {path} to {target} failed after {attempts} attempt{plural}: {_describe_failure(failure)}"
-    if snippet:
-        message += f": {snippet}"
-    message += note
-    error = ServerRequestError(
-        message, server=target, url_path=path, status=status, attempts=attempts, body_snippet=snippet
-    )
-    if isinstance(failure, BaseException):
-        error.__cause__ = failure
-    return error
-
-
-def _timeout_error(
-    method: str,
-    url: str | URL,
-    server_name: str | None,
-    url_path: str | None,
-    total_timeout_s: float,
-    attempts: int,
-    exc: BaseException,
-) -> ServerTimeoutError:
-    target = _describe_target(url, server_name)
-    path = _path_of(url, url_path)
-    message = (
-        f"{method} {path} to {target} timed out: no complete response within the {total_timeout_s:g} s deadline "
-        f"(total_timeout_s, attempt {attempts}); not retried because the server may have processed it"
-    )
-    if isinstance(exc, QueueTimeout):
-        message = (
-            f"{method} {path} to {target} timed out before it was sent: every one of the {exc.slots} connections to "
-            f"that server (limit_per_host) stayed busy until the {total_timeout_s:g} s deadline (total_timeout_s)"
-        )
-    return ServerTimeoutError(message, server=target, url_path=path, timeout_s=total_timeout_s, attempts=attempts)
-
-
-def _request_error(
-    method: str, url: str | URL, server_name: str | None, url_path: str | None, attempts: int, exc: BaseException
-) -> ServerRequestError:
-    target = _describe_target(url, server_name)
-    path = _path_of(url, url_path)
-    message = f"{method} {path} to {target} failed (not retried): {type(exc).__name__}: {exc}"
-    return ServerRequestError(message, server=target, url_path=path, attempts=attempts)

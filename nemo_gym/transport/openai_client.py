@@ -5,8 +5,12 @@ Servers only need "POST this JSON, give me the JSON back", so this client sends 
 :mod:`nemo_gym.transport.passthrough`, which is imported on the first call: building a client loads nothing.
 
 Retries: a status in :data:`RATE_LIMIT_ERROR_CODES` is retried until the transport's deadline (``total_timeout_s``)
-with jittered backoff that honours ``Retry-After``; a 500 at most :data:`MAX_SERVER_ERROR_TRIES` times. Then the
-last answer is raised as :class:`~nemo_gym.transport.types.ServerRequestError`.
+with jittered backoff that honours ``Retry-After``; any other status of :data:`RETRY_ERROR_CODES` (500, and 404/408 as
+NeMo Gym 0.7 retries them) until ``max_http_attempts`` attempts in all (:data:`MAX_SERVER_ERROR_TRIES` by default).
+Then the last answer is raised as :class:`~nemo_gym.transport.failures.StatusError`: our ``ServerRequestError`` and
+aiohttp's ``ClientResponseError`` with the body as ``response_content``, which NeMo Gym's model servers inspect (a
+context-length 400 from vLLM). A connection that fails is retried ``max_connection_retries`` times at most, then
+aiohttp's error is raised; unset, the transport's own connection budget applies.
 """
 
 from __future__ import annotations
@@ -24,8 +28,9 @@ logger = logging.getLogger(__name__)
 
 RATE_LIMIT_ERROR_CODES: Final[list[int]] = [429, 502, 503, 504, 520]
 """Statuses of an endpoint that is overloaded or rate limited: retried for as long as the deadline allows."""
-RETRY_ERROR_CODES: Final[list[int]] = [*RATE_LIMIT_ERROR_CODES, 500]
-"""Every status worth another try; 500 (a sporadic internal error) only a few times."""
+RETRY_ERROR_CODES: Final[list[int]] = [*RATE_LIMIT_ERROR_CODES, 404, 408, 500]
+"""Every status worth another try. Those that are not rate limiting only a few times (``max_http_attempts``): a 500
+is often sporadic, and a 404 or 408 can come from an endpoint that is still starting or being moved."""
 MAX_SERVER_ERROR_TRIES: Final[int] = 3
 
 
@@ -35,6 +40,16 @@ class NeMoGymAsyncOpenAI(BaseModel):
     base_url: str
     api_key: str
     internal: bool = Field(default=False, description="Only calls servers of this config (kept for NeMo Gym).")
+    max_connection_retries: int | None = Field(
+        default=None,
+        description="Attempts when the connection fails before aiohttp's error is raised (a caller that can find a "
+        "moved endpoint sets it); None: the transport's own connection budget.",
+    )
+    max_http_attempts: int = Field(
+        default=MAX_SERVER_ERROR_TRIES,
+        ge=1,
+        description="Attempts in all for a retryable status that is not rate limiting (500, 404, 408).",
+    )
     default_headers: dict[str, str] = Field(default_factory=dict, description="Sent with every request.")
 
     async def create_chat_completion(self, **kwargs: Any) -> Any:
@@ -65,13 +80,15 @@ class NeMoGymAsyncOpenAI(BaseModel):
         attempt = 0
         while True:
             attempt += 1
-            response = await passthrough.request(method, url, json=body, headers=headers)
+            response = await passthrough.request(
+                method, url, self.internal, self.max_connection_retries, json=body, headers=headers
+            )
             await response.read()  # hands the connection back, and keeps the body for an error message
             if response.status not in RETRY_ERROR_CODES:
                 break
             server_errors += response.status not in RATE_LIMIT_ERROR_CODES
             delay = _backoff_s(cfg, attempt, response)
-            if server_errors >= MAX_SERVER_ERROR_TRIES or time.monotonic() + delay >= deadline:
+            if server_errors >= self.max_http_attempts or time.monotonic() + delay >= deadline:
                 break
             logger.info(
                 "retrying %s %s after HTTP %d (attempt %d)", method, without_credentials(url), response.status, attempt

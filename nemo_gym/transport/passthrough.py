@@ -36,11 +36,24 @@ __all__ = ["check_status", "request"]
 _CONNECTION_ERRORS: Final = (aiohttp.ClientConnectorError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)
 
 
-async def request(method: str, url: str | URL, _internal: bool = False, **kwargs: Any) -> aiohttp.ClientResponse:
+async def request(
+    method: str,
+    url: str | URL,
+    _internal: bool = False,
+    _max_connection_retries: int | None = None,
+    _server_name: str | None = None,
+    *,
+    session: aiohttp.ClientSession | None = None,
+    **kwargs: Any,
+) -> aiohttp.ClientResponse:
     """Send one request through the shared pool; the body of the answer is left for the caller to read.
 
     ``json=`` is serialised with orjson (pydantic models dumped with ``exclude_unset=True``). ``_internal`` is
     accepted for NeMo Gym's signature and changes nothing: every call gets the same retry budget.
+    ``_max_connection_retries`` (NeMo Gym's): at most that many attempts when the connection fails (0 or 1: one),
+    and then aiohttp's own error is raised, for a caller that runs its own retry loop or can find a moved endpoint;
+    ``None``: the transport's budget (``max_attempts``), then a :class:`TransportError`. ``_server_name`` names the
+    destination in that error. ``session``: the session to send through (the running loop's pooled one by default).
     """
     if kwargs.get("json") is not None:
         kwargs["data"] = dumps(kwargs.pop("json"))
@@ -50,18 +63,22 @@ async def request(method: str, url: str | URL, _internal: bool = False, **kwargs
         kwargs["headers"] = headers
     kwargs["headers"] = access.headers_for(origin_of(url), kwargs.get("headers"))  # our own servers only
     cfg = get_default_config()
-    session = get_session()
+    if session is None:
+        session = get_session()
+    budget = cfg.max_attempts if _max_connection_retries is None else max(1, _max_connection_retries)
     attempt = 0
     while True:
         attempt += 1
         try:
-            return await session.request(method, url, **kwargs)
+            return await session.request(method=method, url=url, **kwargs)
         except aiohttp.ConnectionTimeoutError as exc:
             failure: BaseException = exc
         except _CONNECTION_ERRORS as exc:
             failure = exc
-        if attempt >= cfg.max_attempts:
-            raise _final_error(method, url, None, None, cfg, attempt, failure, "") from failure
+        if attempt >= budget:
+            if _max_connection_retries is not None:
+                raise failure
+            raise _final_error(method, url, _server_name, None, cfg, attempt, failure, "") from failure
         await asyncio.sleep(_backoff_s(cfg, attempt, failure))
 
 

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from nemo_gym.errors import TransportError
 
 __all__ = [
+    "UPSTREAM_FAILURE_HEADER",
     "ServerRequestError",
     "ServerTimeoutError",
     "TransportConfig",
@@ -19,6 +20,12 @@ __all__ = [
     "get_default_config",
     "set_default_config",
 ]
+
+
+UPSTREAM_FAILURE_HEADER = "X-NeMo-Gym-Upstream-Failure"
+"""Set on the 502 a server of ours answers when a call it made to another server failed. Such a 502 is that server's
+answer, after it may have done part of the work (an agent's rollout), not a gateway's "nothing was done": the
+transport never retries it."""
 
 
 class TransportConfig(BaseModel):

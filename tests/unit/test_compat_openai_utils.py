@@ -91,7 +91,7 @@ def test_accumulate_response_usage_adds_counts_and_details_without_touching_the_
 def test_token_field_sets_and_retry_codes() -> None:
     assert REQUIRED_TOKEN_METADATA_FIELDS == {"prompt_token_ids", "generation_token_ids", "generation_log_probs"}
     assert TOKEN_METADATA_FIELDS == REQUIRED_TOKEN_METADATA_FIELDS | {"routed_experts"}
-    assert 429 in RATE_LIMIT_ERROR_CODES and set(RETRY_ERROR_CODES) == {*RATE_LIMIT_ERROR_CODES, 500}
+    assert 429 in RATE_LIMIT_ERROR_CODES and set(RETRY_ERROR_CODES) == {*RATE_LIMIT_ERROR_CODES, 404, 408, 500}
 
 
 def test_importing_openai_utils_loads_no_sdk_and_no_http_client() -> None:

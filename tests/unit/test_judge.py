@@ -75,7 +75,7 @@ async def test_an_http_error_is_reported_as_one_not_as_a_validation_error(
     with pytest.raises(JudgeError) as info:
         await ask(client)
     error = info.value
-    assert str(error).startswith("ServerRequestError: POST /v1/responses to server 'judge'")
+    assert str(error).startswith("StatusError: POST /v1/responses to server 'judge'")  # a ServerRequestError
     assert "HTTP 401" in str(error) and "bad api key" in str(error)
     assert (error.status, error.url_path) == (401, "/v1/responses")
     assert isinstance(error.__cause__, ServerRequestError)
