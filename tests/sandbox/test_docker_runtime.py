@@ -132,3 +132,12 @@ def test_a_server_killed_with_sigkill_leaves_no_container(runtime: ContainerRunt
     finally:
         if child.poll() is None:
             child.kill()
+
+
+async def test_files_copy_in_and_out_of_the_tmpfs_work_dir(runtime: ContainerRuntime, tmp_path: Path) -> None:
+    async with AsyncSandbox(DockerProvider()) as box:
+        await box.start(SandboxSpec(image=base_image_tag(), files={"/work/task/in.txt": "hello\n"}))
+        made = await box.exec("cat /work/task/in.txt && echo out > /work/task/out.txt", timeout_s=30)
+        assert (made.return_code, made.stdout) == (0, "hello\n")
+        await box.download("/work/task/out.txt", tmp_path / "out.txt")
+        assert (tmp_path / "out.txt").read_text() == "out\n"
