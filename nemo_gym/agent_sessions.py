@@ -28,6 +28,7 @@ from nemo_gym.sandbox.access import SandboxAccess
 from nemo_gym.tool_access import ToolAccess
 
 __all__ = [
+    "AGENT_SESSION_COOKIE_KEY",
     "AgentCloseSessionRequest",
     "AgentCloseSessionResponse",
     "AgentSeedSessionRequest",
@@ -37,6 +38,10 @@ __all__ = [
     "AgentSessionTable",
     "unique_access_names",
 ]
+
+
+AGENT_SESSION_COOKIE_KEY = "agent_session_id"
+"""Where a seeded request's session notes its agent session (``request.session[...]``), as NeMo Gym 0.7 does."""
 
 
 def unique_access_names(accesses: list[ToolAccess]) -> list[ToolAccess]:
@@ -130,20 +135,27 @@ class AgentSessionTable:
         self._closed: OrderedDict[str, _AgentSessionRecord] = OrderedDict()
         self._by_cookie: dict[str, str] = {}
 
-    def state_for_cookie(self, cookie_session: str | None) -> AgentSessionState | None:
-        """The open session bound to this cookie; a closed one answers 409, so a late call cannot run unbound."""
-        agent_session_id = self._by_cookie.get(cookie_session or "")
-        if agent_session_id is None:
-            return None
+    def id_for_cookie(self, cookie_session: str | None) -> str | None:
+        """The agent session this cookie was seeded under (open, or closed within its retry window), if any."""
+        return self._by_cookie.get(cookie_session or "")
+
+    def require(self, agent_session_id: str) -> AgentSessionState:
+        """The open session's state; a closed or unknown one answers 409, so a late call cannot run unbound."""
         record = self._records.get(agent_session_id)
         if record is None or record.state is None or record.closing:
-            raise HTTPException(409, f"agent session {agent_session_id!r} is closed or closing")
+            raise HTTPException(409, f"agent session {agent_session_id!r} is unknown, closed or closing")
         return record.state
 
+    def state_for_cookie(self, cookie_session: str | None) -> AgentSessionState | None:
+        """The open session bound to this cookie; a closed one answers 409, so a late call cannot run unbound."""
+        agent_session_id = self.id_for_cookie(cookie_session)
+        return None if agent_session_id is None else self.require(agent_session_id)
+
     async def seed(
-        self, body: AgentSeedSessionRequest, cookie_session: str, make_state: SeedState
+        self, body: AgentSeedSessionRequest, cookie_session: str | None, make_state: SeedState
     ) -> AgentSeedSessionResponse:
-        bound = self._by_cookie.get(cookie_session)
+        """Open (or, for the same request again, re-answer) a session; ``cookie_session`` None binds no cookie."""
+        bound = self.id_for_cookie(cookie_session)
         if bound is not None and bound != body.agent_session_id:
             raise HTTPException(409, "this cookie already names another agent session")
         async with self._locked(body.agent_session_id) as record:
@@ -159,8 +171,9 @@ class AgentSessionTable:
                     raise error.error from None
             elif record.state.request != body:
                 raise HTTPException(409, f"agent session {body.agent_session_id!r} was opened by another request")
-            self._by_cookie[cookie_session] = body.agent_session_id
-            record.cookie_session = cookie_session
+            if cookie_session is not None:
+                self._by_cookie[cookie_session] = body.agent_session_id
+                record.cookie_session = cookie_session
             return AgentSeedSessionResponse(agent_session_id=body.agent_session_id)
 
     async def close(self, body: AgentCloseSessionRequest, release: CloseState) -> AgentCloseSessionResponse:

@@ -14,13 +14,14 @@ Otherwise the helpers return the path unchanged.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any, TypeVar
 
 import orjson
-from fastapi import Body, FastAPI, Request, Response
+from fastapi import Body, FastAPI, HTTPException, Request, Response
 from pydantic import Field, PrivateAttr, field_validator
 
+from nemo_gym.agent_sessions import AGENT_SESSION_COOKIE_KEY as _AGENT_SESSION_COOKIE_KEY
 from nemo_gym.agent_sessions import (
     AgentCloseSessionRequest,
     AgentCloseSessionResponse,
@@ -37,6 +38,8 @@ from nemo_gym.base_resources_server import MetricsHooks as _MetricsHooks
 from nemo_gym.config.server_models import BaseRunServerInstanceConfig
 from nemo_gym.global_config import get_first_server_config_dict as _get_first_server_config_dict
 from nemo_gym.metrics import AggregateMetrics, AggregateMetricsRequest, aggregate_verify_responses
+from nemo_gym.metrics import compute_aggregate_metrics as _compute_aggregate_metrics
+from nemo_gym.metrics import key_picker as _key_picker
 from nemo_gym.observability import correlation as _correlation
 from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParamsNonStreaming
 from nemo_gym.server_utils import SESSION_ID_KEY as _SESSION_ID_KEY
@@ -206,8 +209,18 @@ class SimpleResponsesAPIAgent(_MetricsHooks, SimpleServer):
         raise NotImplementedError(f"{type(self).__name__} must implement run()")
 
     async def aggregate_metrics(self, body: AggregateMetricsRequest) -> AggregateMetrics:
-        """The resources server's default statistics, extended by this agent's metric hooks."""
-        return self._aggregate_with_hooks(body.verify_responses)
+        """The resources server's default statistics, extended by this agent's metric hooks, as NeMo Gym 0.7's agents
+        compute them: masked rollouts (``mask_sample``) left out and counted, statistics per repeat, and
+        :meth:`compute_repeat_metrics` summarized across repeats."""
+        picker = _key_picker(self, _MetricsHooks)
+        return _compute_aggregate_metrics(
+            body.verify_responses, self.compute_metrics, picker, self.compute_repeat_metrics
+        )
+
+    def compute_repeat_metrics(self, tasks: list[list[dict[str, Any]]]) -> dict[str, Any]:
+        """Metrics of one repeat (its rollouts grouped by task), summarized across repeats as
+        ``<stat>_across_repeats/<name>``. Default: none."""
+        return {}
 
     # -- agent sessions (an environment server's episode; nemo_gym.agent_sessions) -------------------------------------
 
@@ -218,19 +231,62 @@ class SimpleResponsesAPIAgent(_MetricsHooks, SimpleServer):
             self._agent_sessions = _AgentSessionTable(window)
         return self._agent_sessions
 
-    async def seed_agent_session(self, request: Request, body: AgentSeedSessionRequest) -> AgentSeedSessionResponse:
-        """Open an agent session; the same request again answers the same session."""
-        return await self.agent_sessions.seed(body, request.session[_SESSION_ID_KEY], self._seed_agent_session_state)
+    @property
+    def _session_records(self) -> dict[str, _AgentSessionRecord]:
+        """The table's records by ``agent_session_id`` (NeMo Gym 0.7's name; its tests read and plant records)."""
+        return self.agent_sessions._records
 
-    async def close_agent_session(self, body: AgentCloseSessionRequest) -> AgentCloseSessionResponse:
-        """Close it: what the agent observed and the resources cookies. A repeated close answers the same."""
+    async def seed_agent_session(self, request: Request, body: AgentSeedSessionRequest) -> AgentSeedSessionResponse:
+        """Open an agent session; the same request again answers the same session.
+
+        Sessions live in this process's memory, so several workers could not find one another's: refused then.
+        """
+        if self.config.num_workers not in (None, 1):
+            raise ValueError("Agent sessions require num_workers=1")
+        current = self._agent_session_id_from_request(request)
+        if current is not None and current != body.agent_session_id:
+            raise HTTPException(409, "agent_session_id does not match the session cookie")
+        session = _request_session(request)
+        cookie_session = session.get(_SESSION_ID_KEY) if session is not None else None
+        answer = await self.agent_sessions.seed(body, cookie_session, self._seed_agent_session_state)
+        if isinstance(session, MutableMapping):
+            session[_AGENT_SESSION_COOKIE_KEY] = body.agent_session_id
+        return answer
+
+    async def close_agent_session(self, request: Request, body: AgentCloseSessionRequest) -> AgentCloseSessionResponse:
+        """Close it: what the agent observed and the resources cookies. A repeated close answers the same; a request
+        whose cookie names another session is refused."""
+        if type(self)._close_agent_session_state is SimpleResponsesAPIAgent._close_agent_session_state:
+            raise NotImplementedError(f"{type(self).__name__} does not support agent sessions")
+        current = self._agent_session_id_from_request(request)
+        if current is not None and current != body.agent_session_id:
+            raise HTTPException(409, "agent_session_id does not match the session cookie")
         return await self.agent_sessions.close(body, self._close_agent_session_state)
+
+    def _agent_session_id_from_request(self, request: Request | None) -> str | None:
+        """The agent session a request belongs to: the one its cookie was seeded under (or the marker a seed left
+        in its session), None for a request outside any session. A closed one is still named, so that
+        :meth:`_require_agent_session` refuses a late call rather than letting it run without the session."""
+        session = _request_session(request)
+        if session is None:
+            return None
+        if _AGENT_SESSION_COOKIE_KEY in session:
+            marker = session[_AGENT_SESSION_COOKIE_KEY]
+            if not isinstance(marker, str) or not marker:
+                raise HTTPException(409, "Invalid agent session marker")
+            return marker
+        if self._agent_sessions is None:
+            return None
+        return self._agent_sessions.id_for_cookie(session.get(_SESSION_ID_KEY))
+
+    def _require_agent_session(self, agent_session_id: str) -> AgentSessionState:
+        """The open session's state; 409 for one unknown, closing or closed."""
+        return self.agent_sessions.require(agent_session_id)
 
     def agent_session_of(self, request: Request) -> AgentSessionState | None:
         """The open agent session the request's cookie names, if any (409 when that session is closed)."""
-        if self._agent_sessions is None:
-            return None
-        return self._agent_sessions.state_for_cookie(request.session.get(_SESSION_ID_KEY))
+        agent_session_id = self._agent_session_id_from_request(request)
+        return None if agent_session_id is None else self._require_agent_session(agent_session_id)
 
     def effective_tool_accesses(self, request: AgentSeedSessionRequest) -> list[_ToolAccess]:
         """The configured tool accesses with the session's own laid over them by name."""
@@ -312,6 +368,16 @@ class SimpleResponsesAPIAgent(_MetricsHooks, SimpleServer):
         for name, value in cookies.items():
             if request.cookies.get(name) != value:
                 response.set_cookie(name, value)
+
+
+def _request_session(request: Request | None) -> Mapping[str, Any] | None:
+    """``request.session`` when the request has one (a test's stand-in may not; a request outside the session
+    middleware raises on access)."""
+    try:
+        session = getattr(request, "session", None)
+    except AssertionError:
+        return None
+    return session if isinstance(session, Mapping) else None
 
 
 def add_usage(total: dict[str, Any] | None, usage: dict[str, Any] | None) -> dict[str, Any] | None:

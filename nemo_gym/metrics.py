@@ -93,16 +93,28 @@ class WANDBConfig(BaseModel):
 _USAGE_FIELDS = {key: f"usage/{key}" for key in ("input_tokens", "output_tokens", "total_tokens")}
 
 
+def _number(value: Any) -> bool:
+    return isinstance(value, bool) or isinstance(value, (int, float)) and math.isfinite(value)
+
+
 def numeric_fields(row: dict[str, Any]) -> dict[str, float]:
-    """Top-level numbers of a verify response (booleans count as 0/1), plus token usage of its response."""
+    """Top-level numbers of a verify response (booleans count as 0/1), plus token usage of its response.
+
+    The usage's own top-level numbers come under their own names (``output_tokens``, replacing a row field of that
+    name), as NeMo Gym 0.7 reports them and its servers' metric hooks read them; the token counts also under
+    ``usage/<name>``, our earlier name for them.
+    """
     values: dict[str, float] = {}
     for key, value in row.items():
         if key in _SKIPPED_FIELDS or key.startswith("_ng_"):
             continue
-        if isinstance(value, bool) or isinstance(value, (int, float)) and math.isfinite(value):
+        if _number(value):
             values[key] = float(value)
     usage = (row.get("response") or {}).get("usage") if isinstance(row.get("response"), dict) else None
     if isinstance(usage, dict):
+        for key, value in usage.items():
+            if _number(value) and not key.startswith("_ng_"):
+                values[key] = float(value)
         for key, name in _USAGE_FIELDS.items():
             if isinstance(usage.get(key), (int, float)):
                 values[name] = float(usage[key])
@@ -377,9 +389,14 @@ def _repeat_statistics(
     measured: list[dict[str, Any]],
     compute_repeat_metrics: Callable[[list[list[dict[str, Any]]]], dict[str, Any]],
     full_run: dict[str, Any],
+    repeat_rows: list[dict[str, Any]],
 ) -> dict[str, float]:
     """Each repeat (rollout index) scored alone by the hook, then every metric that is a finite number in all
-    repeats (and in the full run, where the full run has it) summarized across them."""
+    repeats (and in the full run, where the full run has it) summarized across them.
+
+    Such a metric also goes into each repeat's entry of ``repeat_rows`` (the per-repeat statistics, in repeat
+    order), replacing a generic statistic of the same name; one that is not finite everywhere is taken out of them.
+    """
     by_repeat: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for row in measured:
         by_repeat[int(row.get(ROLLOUT_INDEX_KEY_NAME, 0))].append(row)
@@ -392,9 +409,14 @@ def _repeat_statistics(
     result: dict[str, float] = {}
     for name in sorted({name for metrics in per_repeat for name in metrics}):
         values = [metrics.get(name) for metrics in per_repeat]
+        for row in repeat_rows:
+            row.pop(name, None)
         if not all(_finite(v) for v in values) or (name in full_run and not _finite(full_run[name])):
             continue
         numbers = [float(v) for v in values]  # type: ignore[arg-type]  # all finite numbers, checked above
+        if len(repeat_rows) == len(numbers):
+            for row, number in zip(repeat_rows, numbers, strict=True):
+                row[name] = number
         spread = statistics.stdev(numbers)
         result |= {
             f"mean{_ACROSS_REPEATS}{name}": statistics.fmean(numbers),
@@ -440,7 +462,8 @@ def compute_aggregate_metrics(
     result.repeat_level_metrics = repeat_level_metrics(measured)
     result.agent_metrics.update(coverage)
     if compute_repeat_metrics_fn is not None:
-        result.agent_metrics.update(_repeat_statistics(measured, compute_repeat_metrics_fn, custom))
+        across = _repeat_statistics(measured, compute_repeat_metrics_fn, custom, result.repeat_level_metrics)
+        result.agent_metrics.update(across)
     pick = get_key_metrics_fn if get_key_metrics_fn is not None else default_key_metrics
     result.key_metrics = {**pick(result.agent_metrics), **coverage}
     return result

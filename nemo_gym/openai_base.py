@@ -106,6 +106,25 @@ class NeMoGymStrictModel(BaseModel):
         return _drop_unknown_null_fields(cls, data)
 
 
+class AttributeReadDict(dict[str, Any]):
+    """A dict whose keys also read as attributes, with a trailing ``_`` for a key the SDK's model renames.
+
+    The Responses ``text.format`` stays a dict (its ``schema`` key is no name a pydantic field can have, and it is
+    forwarded as given), while code written for the SDK's typed config reads ``format.schema_`` or ``format.name``.
+    """
+
+    def __getattr__(self, name: str) -> Any:
+        for key in (name, name.removesuffix("_")):
+            if key in self:
+                return self[key]
+        raise AttributeError(name)
+
+
+def as_attribute_read_dict(value: Any) -> Any:
+    """``value`` as an :class:`AttributeReadDict` when it is a dict (a validator's last step)."""
+    return AttributeReadDict(value) if type(value) is dict else value
+
+
 class KeyAccessMixin:
     """Lets a request-side model be read like the SDK's TypedDict it stands for: ``message["role"]``,
     ``message.get("tool_calls")``, ``"name" in message``, ``{**message}``, ``message["content"] = ...``.

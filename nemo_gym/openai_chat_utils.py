@@ -122,6 +122,8 @@ class NeMoGymChatCompletionAssistantMessageParam(NeMoGymRequestPart):
     name: str | None = None
     refusal: str | None = None
     tool_calls: list[NeMoGymChatCompletionMessageToolCallParam] | None = None
+    reasoning_content: str | None = None
+    """The turn's reasoning, replayed by harnesses (OpenCode's interleaved field) for templates that render it."""
 
 
 class NeMoGymChatCompletionAssistantMessageForTrainingParam(  # type: ignore[misc]  # __iter__: the dict's

@@ -20,6 +20,7 @@ import functools
 from typing import Annotated, Any, Literal, NotRequired, Required
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -44,6 +45,7 @@ from nemo_gym.openai_base import (
     NeMoGymStrictModel,
     ReasoningEffort,
     TokenIDLogProbMixin,
+    as_attribute_read_dict,
     get_field,
     has_token_id_information,
     is_none,
@@ -470,9 +472,10 @@ def _reasoning_param(value: Any) -> Any:
 
 
 class NeMoGymResponseTextConfig(NeMoGymKeyedModel):
-    """`format` stays a plain dict: its JSON-schema variant has a `schema` key that a pydantic field cannot name."""
+    """`format` stays a dict: its JSON-schema variant has a `schema` key that a pydantic field cannot name (it reads as
+    attributes too, ``format.schema_`` as on the SDK's model)."""
 
-    format: dict[str, Any] | None = None
+    format: Annotated[dict[str, Any], AfterValidator(as_attribute_read_dict)] | None = None
     verbosity: Literal["low", "medium", "high"] | None = None
 
 

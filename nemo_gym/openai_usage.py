@@ -84,24 +84,20 @@ def _unknown_to_the_sdk(_: object) -> bool:
 
 
 class NeMoGymResponseInputTokensDetails(NeMoGymLenientModel):
-    cached_tokens: int = 0
+    cached_tokens: int | None = 0
+    """None: the provider did not say (NeMo Gym 0.7 keeps that apart from zero, and a sum with it stays unknown)."""
     cache_write_tokens: int = Field(default=0, exclude_if=_unknown_to_the_sdk)
 
-    @field_validator("cached_tokens", "cache_write_tokens", mode="before")
+    @field_validator("cache_write_tokens", mode="before")
     @classmethod
     def null_means_zero(cls, value: Any) -> Any:
-        """Some providers send null counts; the SDK requires integers, so null means "none counted"."""
+        """Some providers send a null count; the SDK requires an integer here, so null means "none counted"."""
         return 0 if value is None else value
 
 
 class NeMoGymResponseOutputTokensDetails(NeMoGymLenientModel):
-    reasoning_tokens: int = 0
-
-    @field_validator("reasoning_tokens", mode="before")
-    @classmethod
-    def null_means_zero(cls, value: Any) -> Any:
-        """See `NeMoGymResponseInputTokensDetails.null_means_zero`."""
-        return 0 if value is None else value
+    reasoning_tokens: int | None = 0
+    """None: unknown, as for ``cached_tokens``."""
 
 
 class NeMoGymResponseUsage(NeMoGymLenientModel):
@@ -134,7 +130,8 @@ def accumulate_response_usage(
     total: NeMoGymResponseUsage | None, additional: NeMoGymResponseUsage | None
 ) -> NeMoGymResponseUsage | None:
     """The usage of several model calls of one rollout added up (top-level counts and their details); ``total`` is
-    left untouched, and None stands for "no usage yet" on either side."""
+    left untouched, and None stands for "no usage yet" on either side. A detail count one side does not know (None)
+    makes the sum unknown too, rather than a measurement of the other side alone."""
     if additional is None or total is None:
         return total if additional is None else additional.model_copy(deep=True)
     summed = total.model_copy(deep=True)
@@ -142,5 +139,6 @@ def accumulate_response_usage(
         into = summed if part is None else getattr(summed, part)
         extra = additional if part is None else getattr(additional, part)
         for name in names:
-            setattr(into, name, getattr(into, name) + getattr(extra, name))
+            left, right = getattr(into, name), getattr(extra, name)
+            setattr(into, name, None if left is None or right is None else left + right)
     return summed

@@ -115,16 +115,26 @@ from nemo_gym.transport.openai_client import MAX_SERVER_ERROR_TRIES as MAX_NUM_T
 
 if TYPE_CHECKING:
     from nemo_gym.openai_hosted import NeMoGymResponseMcpCall
+    from nemo_gym.transport.passthrough import request
 
 
 def __getattr__(name: str) -> Any:
-    """``NeMoGymResponseMcpCall`` on first use: defining it imports the ``openai`` SDK, which no other name here needs."""
-    if name != "NeMoGymResponseMcpCall":
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from nemo_gym.openai_hosted import NeMoGymResponseMcpCall
+    """Names loaded on first use: ``NeMoGymResponseMcpCall`` (defining it imports the ``openai`` SDK) and ``request``
+    (NeMo Gym 0.7's HTTP send, aiohttp's arguments and the body left unread: the transport's
+    :func:`~nemo_gym.transport.passthrough.request`, which imports aiohttp); no other name here needs either."""
+    found: Any
+    if name == "NeMoGymResponseMcpCall":
+        from nemo_gym.openai_hosted import NeMoGymResponseMcpCall
 
-    globals()[name] = NeMoGymResponseMcpCall
-    return NeMoGymResponseMcpCall
+        found = NeMoGymResponseMcpCall
+    elif name == "request":
+        from nemo_gym.transport.passthrough import request as send
+
+        found = send
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = found
+    return found
 
 
 __all__ = [
@@ -225,4 +235,5 @@ __all__ = [
     "accumulate_response_usage",
     "get_field",
     "has_token_id_information",
+    "request",
 ]

@@ -12,6 +12,7 @@ The assembled stream always equals the finished result: deltas already sent must
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -32,8 +33,9 @@ def sse_event(event: dict[str, Any]) -> bytes:
 
 
 def sse_data(chunk: dict[str, Any]) -> bytes:
-    """One Chat Completions chunk: a bare ``data`` line."""
-    return b"data: " + orjson.dumps(chunk) + b"\n\n"
+    """One Chat Completions chunk: a bare ``data`` line, spaced as Python's ``json`` writes it (as NeMo Gym 0.7 does:
+    its folders' tests match substrings such as ``"finish_reason": "length"``)."""
+    return b"data: " + json.dumps(chunk).encode() + b"\n\n"
 
 
 class ResponseEvents:

@@ -20,7 +20,7 @@ import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Literal, cast
 from uuid import uuid4
 
 import orjson
@@ -177,6 +177,7 @@ class ModelCallRecord(BaseModel):
 
     model_call_id: str | None = None
     response_id: str | None = None
+    client_session_id: str | None = None  # the client's x-session-id header: evidence of its invocation, not a check
     call_index: int
     model_ref: ModelServerRef | None = None
     model: str | None = None
@@ -184,6 +185,10 @@ class ModelCallRecord(BaseModel):
     status_code: int | None = None
     response_status: str | None = None
     finish_reason: str | None = None
+    upstream_attempted: bool | None = None
+    response_source: Literal["upstream", "local"] | None = None
+    upstream_status_code: int | None = None
+    local_response_reason: str | None = None
     started_at: float | None = None
     completed_at: float | None = None
     tokens_in: int | None = None
@@ -335,6 +340,7 @@ def build_model_call_record(exchange: dict[str, Any], *, call_index: int) -> Mod
     return ModelCallRecord(
         model_call_id=exchange.get("model_call_id"),
         response_id=body["id"] if isinstance(body.get("id"), str) else None,
+        client_session_id=_str_or_none(exchange.get("client_session_id")),
         call_index=call_index,
         model_ref=exchange.get("model_ref"),
         model=model if isinstance(model, str) else None,
@@ -346,8 +352,8 @@ def build_model_call_record(exchange: dict[str, Any], *, call_index: int) -> Mod
         completed_at=exchange.get("completed_at"),
         request=request,
         response=response,
-        request_raw=exchange.get("request_raw") if isinstance(exchange.get("request_raw"), str) else None,
-        response_raw=exchange.get("response_raw") if isinstance(exchange.get("response_raw"), str) else None,
+        request_raw=_str_or_none(exchange.get("request_raw")),
+        response_raw=_str_or_none(exchange.get("response_raw")),
         tool_calls=tool_calls,
         reasoning_content=reasoning,
         cache_hit=None if cached is None else cached > 0,
@@ -355,8 +361,18 @@ def build_model_call_record(exchange: dict[str, Any], *, call_index: int) -> Mod
         error_category=exchange.get("error_category"),
         latency_total_ms=exchange.get("latency_ms"),
         latency_ttft_ms=exchange.get("latency_ttft_ms"),
-        **token_stats(usage),
+        **cast(dict[str, Any], token_stats(usage)),
     )
+
+
+def _str_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _client_session_id(scope: dict[str, Any]) -> str | None:
+    """The request's ``x-session-id`` when it came exactly once (two differing copies name no invocation)."""
+    found = [value for name, value in scope.get("headers") or () if name.lower() == b"x-session-id"]
+    return found[0].decode("latin-1") if len(found) == 1 and found[0] else None
 
 
 def read_model_call_records(store: CaptureStore, rollout_id: str) -> list[ModelCallRecord]:
@@ -554,6 +570,8 @@ class _CaptureMiddleware:
             "model_call_id": call_id, "dialect": dialect, "model_ref": self._model_ref, "started_at": started_at,
         }  # fmt: skip
         exchange["status_code"], exchange["error_category"] = None, None
+        if (client_session_id := _client_session_id(scope)) is not None:
+            exchange["client_session_id"] = client_session_id
         try:
             await self._app(scope, copy_request, copy_response)
             exchange["status_code"] = state["status"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from nemo_gym.base_resources_server import NEMO_GYM_MCP_METADATA_KEY, BaseRunRequest
 from nemo_gym.config.server_models import ResourcesServerRef
@@ -48,19 +48,33 @@ def _reachable_or_raise(host: str | None, where: str) -> str:
     return name
 
 
+def get_server_url(server_name: str) -> str:
+    """``http://host:port`` of a server instance of the run's config (an IPv6 host in brackets).
+
+    A module attribute, called by :func:`sandbox_server_url` on every use, so that it can be replaced here (NeMo Gym
+    0.7's folders patch ``nemo_gym.sandbox.agent_tools.get_server_url``)."""
+    settings = get_first_server_config_dict(get_global_config_dict(), server_name)
+    return _url(str(settings["host"]), settings["port"])
+
+
 def sandbox_server_url(name: str, *, require_reachable: bool = False) -> str:
     """``http://host:port`` of the run's server ``name``, as a sandboxed harness should call it.
 
     A server bound to a wildcard address is reached over loopback, which works for a sandbox on the host's network.
     ``require_reachable`` is for a sandbox elsewhere or one whose egress is limited to named hosts: it refuses a
-    loopback or wildcard host instead of rewriting it, since no rewrite would make it reachable.
+    loopback or wildcard host instead of rewriting it, since no rewrite would make it reachable. The address comes
+    from this module's ``get_server_url`` (looked up per call, so a test or a deployment can replace it here).
     """
-    settings = get_first_server_config_dict(get_global_config_dict(), name)
-    host, port = str(settings["host"]), settings["port"]
+    base = get_server_url(name).rstrip("/")
+    parts = urlsplit(base)
+    host = parts.hostname or ""
     if require_reachable:
         _reachable_or_raise(host, f"server {name!r}")
-        return _url(host, port)
-    return _url(_WILDCARDS.get(host, host), port)
+        return base
+    if host not in _WILDCARDS:
+        return base
+    netloc = _url(_WILDCARDS[host], parts.port).removeprefix("http://") if parts.port else _WILDCARDS[host]
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 def restricted_network_policy(provider_name: str, urls: list[str]) -> dict[str, object]:

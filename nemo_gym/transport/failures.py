@@ -112,10 +112,11 @@ def _status_failure(
         attempts=attempts,
         body_snippet=snippet,
         body=body,
-        request_info=resp.request_info,
-        history=resp.history,
-        reason=resp.reason or "",
-        headers=resp.headers,
+        # a stand-in response (tests, adapters) may lack aiohttp's request details; the error still says what failed
+        request_info=getattr(resp, "request_info", None),
+        history=getattr(resp, "history", ()),
+        reason=getattr(resp, "reason", None) or "",
+        headers=getattr(resp, "headers", None),
     )
 
 

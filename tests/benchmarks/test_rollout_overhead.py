@@ -93,4 +93,5 @@ def test_an_environment_server_in_the_path_is_measured_as_its_own_process(path: 
     assert report["process_roles"]["example_single_tool_call_environment_server"] == "env server"
     (point,) = report["points"]
     assert (point["ok"], point["failures"]) == (12, {})
-    assert point["cpu_s_by_process"]["example_single_tool_call_environment_server"] > 0  # the rollouts went through it
+    # its own column; not "> 0": 12 relayed rollouts can take less CPU than one clock tick (10 ms) on a loaded machine
+    assert point["cpu_s_by_process"]["example_single_tool_call_environment_server"] >= 0

@@ -1,6 +1,7 @@
 """What NeMo Gym 0.7's agent folders need of our core: agents opted into training-token capture send their model calls
 under the training-capture path, a finished rollout's observations are joined to its captured calls (with an agent's
-own association step first), and the request's TypedDict-shaped parts read as dicts."""
+own association step first), the request's TypedDict-shaped parts read as dicts, agent sessions answer 0.7's helper
+names, usage and repeat metrics come as 0.7 reports them, and the module attributes 0.7's folders patch exist."""
 
 from __future__ import annotations
 
@@ -11,21 +12,36 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fastapi import Request
+from fastapi import HTTPException, Request
 from fastapi.testclient import TestClient
 from omegaconf import OmegaConf
 
-from nemo_gym.base_responses_api_agent import BaseResponsesAPIAgentConfig, BaseRunRequest, SimpleResponsesAPIAgent
+from nemo_gym.base_responses_api_agent import (
+    AgentCloseSessionRequest,
+    AgentCloseSessionResponse,
+    AgentSeedSessionRequest,
+    AgentSessionState,
+    AggregateMetricsRequest,
+    BaseResponsesAPIAgentConfig,
+    BaseRunRequest,
+    SimpleResponsesAPIAgent,
+)
 from nemo_gym.base_responses_api_model import CaptureStore, merge_model_call_capture_into_record
 from nemo_gym.config.server_models import BaseServerConfig
+from nemo_gym.episode_types import EpisodeId, TaskId
+from nemo_gym.metrics import numeric_fields
 from nemo_gym.observability import trajectory
+from nemo_gym.observability.capture import _client_session_id, build_model_call_record
 from nemo_gym.openai_utils import (
+    NeMoGymChatCompletionCreateParamsNonStreaming,
     NeMoGymFunctionTool,
     NeMoGymReasoning,
     NeMoGymResponse,
     NeMoGymResponseCreateParamsNonStreaming,
     NeMoGymResponseFunctionToolCallForTraining,
+    NeMoGymResponseUsage,
     NeMoGymToolChoiceFunction,
+    accumulate_response_usage,
 )
 from nemo_gym.rollout_correlation import current_rollout_id
 from nemo_gym.rollout_observability import (
@@ -33,6 +49,7 @@ from nemo_gym.rollout_observability import (
     AgentObservationBundle,
     ModelCallRef,
     ObservationGap,
+    join_model_call_observations,
 )
 from nemo_gym.server_utils import ServerClient
 
@@ -195,3 +212,155 @@ def test_a_training_item_carries_routed_experts_when_given() -> None:
     assert "routed_experts" not in NeMoGymResponseFunctionToolCallForTraining.model_validate(call).model_dump()
     encoded = NeMoGymResponseFunctionToolCallForTraining.model_validate({**call, "routed_experts": "enc:1x1x2:AAAA"})
     assert encoded.routed_experts == "enc:1x1x2:AAAA"
+
+
+# -- agent sessions under NeMo Gym 0.7's helper names -----------------------------------------------------------------
+
+
+class _SessionAgent(_Agent):
+    async def _seed_agent_session_state(self, body: AgentSeedSessionRequest) -> AgentSessionState:
+        return AgentSessionState(request=body)
+
+    async def _close_agent_session_state(self, state: AgentSessionState) -> AgentCloseSessionResponse:
+        return AgentCloseSessionResponse(agent_session_id=state.request.agent_session_id)
+
+
+def _session_agent(**settings: Any) -> _SessionAgent:
+    config = BaseResponsesAPIAgentConfig(name="agent", **_SERVER, **settings)
+    return _SessionAgent(config=config, server_client=_client(_MODELS))
+
+
+def _seed(agent_session_id: str = "s") -> AgentSeedSessionRequest:
+    return AgentSeedSessionRequest(
+        agent_session_id=agent_session_id,
+        episode_id=EpisodeId(rollout_id="r", attempt=0),
+        task_id=TaskId(taskset="t", task_id="0"),
+    )
+
+
+def _request(cookie: str | None = "c1") -> Any:
+    """What the session middleware hands a route: a fresh session dict per request, holding the cookie's id."""
+    return types.SimpleNamespace(session={} if cookie is None else {"session_id": cookie})
+
+
+async def test_a_seeded_cookie_names_its_session_until_after_the_close() -> None:
+    agent, seed = _session_agent(), _seed()
+    first = _request()
+    await agent.seed_agent_session(first, seed)
+    assert first.session["agent_session_id"] == "s"  # the marker NeMo Gym 0.7 leaves in the session
+    later = _request()  # the same cookie on a later request
+    assert agent._agent_session_id_from_request(later) == "s"
+    assert agent._require_agent_session("s").request == seed and agent.agent_session_of(later) is not None
+    assert agent._agent_session_id_from_request(_request("other")) is None
+    assert agent._agent_session_id_from_request(None) is None and "s" in agent._session_records
+
+    close = AgentCloseSessionRequest(agent_session_id="s", episode_id=seed.episode_id)
+    with pytest.raises(HTTPException) as mismatch:
+        await agent.close_agent_session(later, close.model_copy(update={"agent_session_id": "t"}))
+    assert mismatch.value.status_code == 409
+    assert await agent.close_agent_session(later, close) == await agent.close_agent_session(later, close)
+    assert agent._agent_session_id_from_request(_request()) == "s"  # still named, so a late call is refused
+    for refused in (lambda: agent._require_agent_session("s"), lambda: agent.agent_session_of(_request())):
+        with pytest.raises(HTTPException) as closed:
+            refused()
+        assert closed.value.status_code == 409
+
+
+async def test_a_request_without_a_cookie_is_bound_by_its_marker_and_sessions_need_one_worker() -> None:
+    agent, request = _session_agent(), _request(cookie=None)
+    assert await agent.seed_agent_session(request, _seed()) == await agent.seed_agent_session(request, _seed())
+    with pytest.raises(HTTPException):
+        await agent.seed_agent_session(request, _seed("another"))  # the marker names "s"
+    with pytest.raises(ValueError, match="num_workers=1"):
+        await _session_agent(num_workers=2).seed_agent_session(_request(), _seed())
+    with pytest.raises(NotImplementedError):
+        await _agent({}).close_agent_session(
+            _request(), AgentCloseSessionRequest(agent_session_id="s", episode_id=_seed().episode_id)
+        )
+
+
+# -- request shapes, usage and metrics as 0.7's folders read them ---------------------------------------------------
+
+
+def test_a_json_schema_format_reads_schema_as_an_attribute_and_dumps_its_wire_key() -> None:
+    schema_format = {"type": "json_schema", "name": "a", "schema": {"type": "object"}, "strict": True}
+    params = NeMoGymResponseCreateParamsNonStreaming.model_validate({"input": "x", "text": {"format": schema_format}})
+    text_format: Any = params.text.format if params.text is not None else None
+    assert text_format.schema_ == {"type": "object"} and text_format.name == "a" and text_format == schema_format
+    assert params.model_dump(mode="json", exclude_unset=True)["text"]["format"] == schema_format
+    with pytest.raises(AttributeError):
+        text_format.description  # noqa: B018  # a key the format does not have
+
+
+def test_a_replayed_assistant_turn_may_carry_its_reasoning_content() -> None:
+    message = {"role": "assistant", "content": "", "reasoning_content": "thinking"}
+    body = NeMoGymChatCompletionCreateParamsNonStreaming.model_validate({"model": "m", "messages": [message]})
+    assert body.messages[0]["reasoning_content"] == "thinking"
+    assert body.model_dump(exclude_unset=True)["messages"][0] == message
+
+
+def test_an_unknown_detail_count_keeps_the_sum_unknown() -> None:
+    def usage(reasoning: int | None) -> NeMoGymResponseUsage:
+        details = {"reasoning_tokens": reasoning}
+        return NeMoGymResponseUsage.model_validate(
+            {"input_tokens": 1, "output_tokens": 2, "total_tokens": 3, "output_tokens_details": details}
+        )
+
+    total = accumulate_response_usage(usage(None), usage(5))
+    assert total is not None and total.output_tokens == 4 and total.output_tokens_details.reasoning_tokens is None
+    known = accumulate_response_usage(usage(1), usage(5))
+    assert known is not None and known.output_tokens_details.reasoning_tokens == 6
+
+
+def test_usage_counts_are_metrics_under_their_own_names_too() -> None:
+    row = {"reward": 1.0, "output_tokens": 99, "response": {"usage": {"output_tokens": 7, "total_tokens": 9}}}
+    fields = numeric_fields(row)
+    assert fields["output_tokens"] == 7.0 and fields["total_tokens"] == 9.0  # the usage's count wins, as in 0.7
+    assert fields["usage/output_tokens"] == 7.0 and fields["usage/total_tokens"] == 9.0
+
+
+class _RepeatAgent(_Agent):
+    def compute_repeat_metrics(self, tasks: list[list[dict[str, Any]]]) -> dict[str, Any]:
+        rows = [row for task in tasks for row in task]
+        return {"solved": sum(row["reward"] for row in rows) / len(rows), "unknown": None}
+
+
+async def test_an_agents_repeat_metrics_go_into_each_repeat_and_across_them() -> None:
+    rows = [
+        {"_ng_task_index": task, "_ng_rollout_index": repeat, "reward": float(task == repeat)}
+        for task in range(2)
+        for repeat in range(2)
+    ]
+    settings = BaseResponsesAPIAgentConfig(name="agent", **_SERVER)
+    agent = _RepeatAgent(config=settings, server_client=_client(_MODELS))
+    metrics = await agent.aggregate_metrics(AggregateMetricsRequest(verify_responses=rows))
+    assert [repeat["solved"] for repeat in metrics.repeat_level_metrics] == [0.5, 0.5]
+    assert all("unknown" not in repeat for repeat in metrics.repeat_level_metrics)
+    assert metrics.agent_metrics["mean_across_repeats/solved"] == 0.5
+
+
+# -- what a sandboxed agent's folder patches ----------------------------------------------------------------------
+
+
+def test_the_faces_0_7_folders_patch_are_module_attributes(monkeypatch: pytest.MonkeyPatch) -> None:
+    from nemo_gym import openai_utils
+    from nemo_gym.sandbox import agent_tools
+    from nemo_gym.transport import passthrough
+
+    assert openai_utils.request is passthrough.request
+    monkeypatch.setattr(agent_tools, "get_server_url", lambda name: "http://0.0.0.0:9000")
+    assert agent_tools.sandbox_server_url("any") == "http://127.0.0.1:9000"
+    monkeypatch.setattr(agent_tools, "get_server_url", lambda name: "http://10.0.0.8:9000/base/")
+    assert agent_tools.sandbox_server_url("any", require_reachable=True) == "http://10.0.0.8:9000/base"
+
+
+def test_a_captured_call_keeps_the_clients_session_header() -> None:
+    scope = {"headers": [(b"x-session-id", b"root"), (b"content-type", b"application/json")]}
+    exchange = {"model_call_id": "c", "client_session_id": _client_session_id(scope), "status_code": 200}
+    record = build_model_call_record(exchange, call_index=0)
+    assert record.client_session_id == "root"
+    twice = {"headers": [(b"x-session-id", b"a"), (b"X-Session-Id", b"b")]}
+    assert _client_session_id(twice) is None and _client_session_id({}) is None
+    bundle = AgentObservationBundle(source="s", records=[AgentInvocation(invocation_id="root")])
+    [invocation] = join_model_call_observations(bundle, [record]).records
+    assert isinstance(invocation, AgentInvocation) and [ref.model_call_id for ref in invocation.model_calls] == ["c"]

@@ -369,9 +369,10 @@ def test_response_output_rejects_unknown_item_shapes(item: dict[str, Any]) -> No
         NeMoGymResponse.model_validate(body)
 
 
-def test_null_token_counts_become_zero() -> None:
-    details = NeMoGymResponseInputTokensDetails.model_validate({"cached_tokens": None})
-    assert details.cached_tokens == 0
+def test_null_token_counts_stay_unknown_and_absent_ones_are_zero() -> None:
+    details = NeMoGymResponseInputTokensDetails.model_validate({"cached_tokens": None, "cache_write_tokens": None})
+    assert details.cached_tokens is None and details.cache_write_tokens == 0
+    assert NeMoGymResponseInputTokensDetails.model_validate({}).cached_tokens == 0
 
 
 # ----------------------------------------------------------------------------------------------------------------------
