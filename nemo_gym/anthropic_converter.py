@@ -56,9 +56,12 @@ class AnthropicConverter:
         """The Responses request that asks what a Messages request asks (``MessagesRequestError`` when it cannot)."""
         return NeMoGymResponseCreateParamsNonStreaming.model_validate(responses_request(anthropic_body))
 
-    def responses_to_anthropic_response(self, response: NeMoGymResponse, model: str) -> dict[str, Any]:
-        """The Message a client gets for our ``response``, named after ``model``."""
-        return {**message_from_response(response.model_dump(mode="json")), "model": model}
+    def responses_to_anthropic_response(
+        self, response: NeMoGymResponse | dict[str, Any], model: str, stop_sequences: list[str] | None = None
+    ) -> dict[str, Any]:
+        """The Message a client gets for our ``response``, named after ``model``, cut at the first stop sequence."""
+        data = response.model_dump(mode="json") if isinstance(response, NeMoGymResponse) else response
+        return {**message_from_response(data, stop_sequences), "model": model}
 
     def anthropic_response_to_sse(self, anthropic_response: dict[str, Any]) -> Iterator[str]:
         """Anthropic's event stream of a finished Message, one encoded event at a time (through :meth:`_sse_event`)."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from typing import Any
+from uuid import uuid4
 
 import orjson
 
@@ -23,6 +24,11 @@ from nemo_gym.streaming import SSE_MEDIA_TYPE, sse_event
 
 MESSAGES_PATH = "/v1/messages"
 RESPONSES_PATH = "/v1/responses"
+MESSAGES_STATE_KEY = "nemo_gym_messages"
+"""``request.state`` key under which a translated request keeps what its client asked (``stream``,
+``stop_sequences``, ``model``), for a ``/v1/responses`` route that serves the Message itself."""
+SERVED_AS_MESSAGES_HEADER = b"x-nemo-gym-served-as-messages"
+"""Set by such a route on its answer: already the Message (or its stream), so it passes through untranslated."""
 
 _SAMPLING_KEYS = ("temperature", "top_p")
 
@@ -153,6 +159,15 @@ def message_from_response(response: dict[str, Any], stop_sequences: list[str] | 
                     text, stop_sequence = _cut(part.get("text", ""), stop_sequences or [])
                     if text:
                         content.append({"type": "text", "text": text})
+                elif part.get("type") == "refusal" and part.get("refusal"):
+                    content.append({"type": "text", "text": part["refusal"]})  # Messages has no refusal block
+        elif item.get("type") == "reasoning":
+            # Open models sign nothing; the signature is the item's encrypted content when a backend gives one.
+            signature = item.get("encrypted_content") or ""
+            content += [
+                {"type": "thinking", "thinking": part.get("text", ""), "signature": signature}
+                for part in item.get("summary") or []
+            ]
         elif item.get("type") == "function_call":
             try:
                 arguments = json.loads(item.get("arguments") or "{}")
@@ -177,7 +192,7 @@ def message_from_response(response: dict[str, Any], stop_sequences: list[str] | 
         stop_reason = "end_turn"
     usage = response.get("usage") or {}
     return {
-        "id": f"msg_{response.get('id', '')}",
+        "id": response.get("id") or f"msg_{uuid4().hex}",  # the Response's own id: capture keys the call by it
         "type": "message",
         "role": "assistant",
         "model": response.get("model", ""),
@@ -197,6 +212,10 @@ def message_events(message: dict[str, Any]) -> Iterator[dict[str, Any]]:
         if block["type"] == "text":
             yield {"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}}
             delta = {"type": "text_delta", "text": block["text"]}
+        elif block["type"] == "thinking":
+            shell = {"type": "thinking", "thinking": ""}
+            yield {"type": "content_block_start", "index": index, "content_block": shell}
+            delta = {"type": "thinking_delta", "thinking": block["thinking"]}
         else:
             yield {"type": "content_block_start", "index": index, "content_block": block | {"input": {}}}
             delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
@@ -242,6 +261,8 @@ class MessagesMiddleware:
             return
         payload = orjson.dumps(request)
         headers = [(k, v) for k, v in scope.get("headers", []) if k.lower() != b"content-length"]
+        asked = {"stream": body.get("stream") is True, "stop_sequences": body.get("stop_sequences")}
+        scope.setdefault("state", {})[MESSAGES_STATE_KEY] = asked | {"model": body.get("model")}
         scope = scope | {
             "path": RESPONSES_PATH,
             "raw_path": RESPONSES_PATH.encode(),
@@ -276,7 +297,12 @@ class _Converter:
 
     async def send(self, message: dict[str, Any]) -> None:
         if message["type"] == "http.response.start":
-            content_type = dict(message.get("headers") or []).get(b"content-type", b"")
+            headers = message.get("headers") or []
+            if any(key.lower() == SERVED_AS_MESSAGES_HEADER for key, _ in headers):
+                kept = [(key, value) for key, value in headers if key.lower() != SERVED_AS_MESSAGES_HEADER]
+                await self._send(message | {"headers": kept})
+                return
+            content_type = dict(headers).get(b"content-type", b"")
             if message.get("status") == 200 and content_type.startswith(b"application/json"):
                 self._start = message
                 return

@@ -20,6 +20,26 @@ from nemo_gym.errors import ConfigError, ConfigPathNotFoundError
 KeyT = TypeVar("KeyT", bound=Hashable)
 
 
+class BadLineError(ConfigError):
+    """A line of a JSONL file that is not a row, or not the row its reader needs: ``path:line: reason``. Its
+    ``path`` and ``line`` let a caller say what to do about that file (e.g. the results ``--resume`` reads)."""
+
+    def __init__(self, path: Path, line: int, reason: str) -> None:
+        super().__init__(f"{path}:{line}: {reason}")
+        self.path, self.line, self.reason = path, line, reason
+
+
+def keyed_rows(path: Path, key: Callable[[dict[str, Any]], KeyT]) -> Iterator[tuple[int, int, KeyT, dict[str, Any]]]:
+    """:func:`iter_jsonl_spans` with each row's ``key``: ``(offset, length, key, row)``; a row the key cannot be read
+    from (a missing or mistyped field) is a :class:`BadLineError` naming its line."""
+    for number, offset, length, row in iter_jsonl_spans(path):
+        try:
+            row_key = key(row)
+        except (KeyError, TypeError, ValueError) as e:
+            raise BadLineError(path, number, f"not a row of this kind ({type(e).__name__}: {e})") from e
+        yield offset, length, row_key, row
+
+
 def iter_jsonl(path: Path, limit: int | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yield ``(line_number, row)`` for each non-blank line; a line that is not a JSON object is a ConfigError."""
     for number, _, _, row in iter_jsonl_spans(path, limit):
@@ -60,9 +80,9 @@ def _iter_lines(path: Path, limit: int | None) -> Iterator[tuple[int, int, bytes
             try:
                 row = orjson.loads(line)
             except orjson.JSONDecodeError as e:
-                raise ConfigError(f"{path}:{number}: not valid JSON ({e})") from e
+                raise BadLineError(path, number, f"not valid JSON ({e})") from e
             if not isinstance(row, dict):
-                raise ConfigError(f"{path}:{number}: each line must be a JSON object, got {type(row).__name__}")
+                raise BadLineError(path, number, f"each line must be a JSON object, got {type(row).__name__}")
             count += 1
             yield number, start, line, row
 
@@ -115,8 +135,7 @@ def drop_repeated_rows(path: Path, key: Callable[[dict[str, Any]], KeyT]) -> tup
     """
     keys: set[KeyT] = set()
     repeated: list[tuple[int, int]] = []
-    for _, offset, length, row in iter_jsonl_spans(path):
-        row_key = key(row)
+    for offset, length, row_key, _ in keyed_rows(path, key):
         if row_key in keys:
             repeated.append((offset, length))
         else:

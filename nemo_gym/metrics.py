@@ -180,21 +180,44 @@ def group_by_task(rows: Iterable[dict[str, Any]]) -> dict[int, list[dict[str, An
     return dict(sorted(groups.items()))
 
 
+def _repeats_of(groups: dict[int, list[dict[str, Any]]]) -> int:
+    """The run's repeats per task (``--num-repeats``): 1 + the largest ``_ng_rollout_index`` of a scored row, or the
+    largest group where rows carry no index. Failed rollouts never reach the metrics, so a task's group may be
+    smaller; the repeats are read from the indices so that a few failures do not change the metric names."""
+    indices = [
+        int(row[ROLLOUT_INDEX_KEY_NAME]) for rows in groups.values() for row in rows if ROLLOUT_INDEX_KEY_NAME in row
+    ]
+    return max([len(rows) for rows in groups.values()] + [index + 1 for index in indices])
+
+
+def _powers_of_two(limit: int) -> list[int]:
+    """k = 1, 2, 4, … up to ``limit``."""
+    return [2**i for i in range(limit.bit_length())] if limit > 0 else []
+
+
 def pass_metrics(groups: dict[int, list[dict[str, Any]]], success_threshold: float = 1.0) -> dict[str, float]:
-    """pass@k for k = 1, 2, 4, … up to the smallest group size, and pass@1[avg-of-k], averaged over tasks."""
+    """pass@k for k = 1, 2, 4, … up to the run's repeats N (:func:`_repeats_of`), and pass@1[avg-of-N].
+
+    The rule with failed rollouts (they are never scored): pass@k is the unbiased estimator over each task's scored
+    repeats, averaged over the tasks with at least k of them; ``pass@k/tasks_left_out`` beside it counts the tasks
+    with fewer (only when there are any). ``pass@1[avg-of-N]`` keeps the run's N and averages each task's scored
+    repeats, then the tasks. Without failures every task has N and these are the plain definitions.
+    """
     if not groups:
         return {}
-    smallest = min(len(rows) for rows in groups.values())
+    repeats = _repeats_of(groups)
     counts = [
         (len(rows), sum(float(r.get("reward", 0)) >= success_threshold for r in rows)) for rows in groups.values()
     ]
     result: dict[str, float] = {}
-    k = 1
-    while k <= smallest:
-        result[f"pass@{k}"] = statistics.fmean(pass_at_k(samples, correct, k) for samples, correct in counts)
-        k *= 2
-    result[f"pass@1[avg-of-{smallest}]"] = statistics.fmean(
-        statistics.fmean(float(r.get("reward", 0)) for r in rows[:smallest]) for rows in groups.values()
+    for k in _powers_of_two(repeats):
+        scored = [pass_at_k(samples, correct, k) for samples, correct in counts if samples >= k]
+        if scored:
+            result[f"pass@{k}"] = statistics.fmean(scored)
+        if len(scored) < len(counts):
+            result[f"pass@{k}/tasks_left_out"] = len(counts) - len(scored)
+    result[f"pass@1[avg-of-{repeats}]"] = statistics.fmean(
+        statistics.fmean(float(r.get("reward", 0)) for r in rows) for rows in groups.values()
     )
     return result
 
@@ -208,19 +231,20 @@ def _answer_of(row: dict[str, Any], answer_key: str) -> Hashable | None:
 
 
 def majority_metrics(groups: dict[int, list[dict[str, Any]]], answer_key: str) -> dict[str, float]:
-    """majority@k over ``answer_key`` for k = 1, 2, 4, … up to the smallest group (averaged over tasks), plus the
-    share of rollouts with no answer at all, which tells a format problem apart from a knowledge problem."""
+    """majority@k over ``answer_key`` for k = 1, 2, 4, … up to the run's repeats, averaged over the tasks with at
+    least k scored repeats (:func:`pass_metrics`' rule), plus the share of rollouts with no answer at all, which
+    tells a format problem apart from a knowledge problem."""
     if not groups:
         return {}
-    smallest = min(len(rows) for rows in groups.values())
     result: dict[str, float] = {}
-    k = 1
-    while k <= smallest:
-        result[f"majority@{k}"] = statistics.fmean(
+    for k in _powers_of_two(_repeats_of(groups)):
+        majorities = [
             majority_at_k([_answer_of(r, answer_key) for r in rows], [float(r.get("reward", 0)) for r in rows], k)
             for rows in groups.values()
-        )
-        k *= 2
+            if len(rows) >= k
+        ]
+        if majorities:
+            result[f"majority@{k}"] = statistics.fmean(majorities)
     all_rows = [row for rows in groups.values() for row in rows]
     result["no_answer"] = statistics.fmean(_answer_of(row, answer_key) is None for row in all_rows)
     return result

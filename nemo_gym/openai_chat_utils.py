@@ -186,6 +186,12 @@ settings), named for code that leaves them out when comparing a request with the
 ``output_config`` are fields here as in NeMo Gym 0.7; ``chat_template_kwargs`` is not (see below)."""
 
 
+class NeMoGymChatCompletionModeration(NeMoGymRequestPart):
+    """Chat Completions' ``moderation`` setting: which moderation model checks the request and the answer."""
+
+    model: str
+
+
 class NeMoGymChatCompletionCreateParamsNonStreaming(BaseModel):
     """Body of `POST /v1/chat/completions`. Unknown keys are errors; streaming is decided before validation.
 
@@ -208,11 +214,14 @@ class NeMoGymChatCompletionCreateParamsNonStreaming(BaseModel):
     max_tokens: int | None = None
     metadata: dict[str, str] | None = None
     modalities: list[Literal["text", "audio"]] | None = None
+    # `{"model": "omni-moderation-latest"}`: the moderation model run on the request and the answer.
+    moderation: NeMoGymChatCompletionModeration | None = Field(default=None, exclude_if=is_none)
     n: int | None = None
     parallel_tool_calls: bool = True  # OpenAI's default; a dump for sending (exclude_unset) leaves it out unless given
     prediction: dict[str, Any] | None = None
     presence_penalty: float | None = None
     prompt_cache_key: str | None = Field(default=None, exclude_if=is_none)
+    prompt_cache_retention: Literal["in_memory", "24h"] | None = Field(default=None, exclude_if=is_none)
     reasoning_effort: ReasoningEffort | None = None
     response_format: dict[str, Any] | None = None
     safety_identifier: str | None = Field(default=None, exclude_if=is_none)
@@ -357,6 +366,7 @@ __all__ = [
     "NeMoGymChatCompletionMessageToolCallFunction",
     "NeMoGymChatCompletionMessageToolCallFunctionParam",
     "NeMoGymChatCompletionMessageToolCallParam",
+    "NeMoGymChatCompletionModeration",
     "NeMoGymChatCompletionNamedToolChoiceFunction",
     "NeMoGymChatCompletionNamedToolChoiceParam",
     "NeMoGymChatCompletionSystemMessageParam",

@@ -205,6 +205,7 @@ class ResponsesConverter:
                             ("name", tool.name),
                             ("description", tool.description),
                             ("parameters", tool.parameters),
+                            ("strict", tool.strict),  # a hosted-API flag; engines that render it drop it themselves
                         )
                         if value is not None
                     },

@@ -72,6 +72,7 @@ from nemo_gym.row_fields import FAILURE_CLASS_KEY as NG_FAILURE_CLASS_KEY
 from nemo_gym.row_fields import FAILURE_TERMINAL_KEY as NG_TERMINAL_KEY
 from nemo_gym.row_fields import NO_PERSIST_KEY as NG_NO_PERSIST_KEY
 from nemo_gym.server_utils import ServerClient
+from nemo_gym.server_utils import setup_server_client as setup_server_client_utils
 from nemo_gym.transport.http_client import TransportConfig as _TransportConfig
 
 __all__ = [
@@ -101,6 +102,7 @@ __all__ = [
     "is_terminal_failure",
     "migrate_invalid_judge_main_rows",
     "observed_elapsed",
+    "setup_server_client_utils",
 ]
 
 
@@ -125,9 +127,10 @@ class RolloutCollectionHelper:
     def setup_server_client(self, head_server_config: BaseServerConfig | None = None) -> ServerClient:
         """The client this helper's calls go through: the one it was given, else one for this process's servers.
 
-        NeMo Gym's seam: a subclass returns its own client (an in-process app, a fake) to route every call there."""
+        NeMo Gym's seams: a subclass returns its own client (an in-process app, a fake) to route every call there, or
+        a test replaces this module's ``setup_server_client_utils`` (read at call time) to hand in a client."""
         if self._client is None:
-            self._client = ServerClient.load_from_global_config(head_server_config)
+            self._client = setup_server_client_utils(head_server_config)
         return self._client
 
     async def run_from_config(self, config: RolloutCollectionConfig) -> list[dict[str, Any]]:

@@ -11,6 +11,7 @@ import difflib
 import logging
 import os
 import sys
+import time
 import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator
@@ -49,6 +50,7 @@ from nemo_gym.transport.routes import BodyRoute as _BodyRoute
 from nemo_gym.transport.routes import ServerApp as _ServerApp
 from nemo_gym.transport.session_cookie import SESSION_ID_KEY, SessionCookieMiddleware
 from nemo_gym.transport.shared_session import GlobalAIOHTTPAsyncClientConfig
+from nemo_gym.transport.types import STARTED_AT_HEADER as _STARTED_AT_HEADER
 from nemo_gym.transport.types import ServerTimeoutError, TransportError
 from nemo_gym.verifiers.offload import RAY_ADDRESS_ENV_VAR as _RAY_ADDRESS_ENV_VAR
 
@@ -58,6 +60,9 @@ if TYPE_CHECKING:
     from nemo_gym.transport.passthrough import check_status as raise_for_status
 
 _HTTP_CLIENT = "nemo_gym.transport.http_client"
+_HEALTHY = b'{"status":"ok"}'
+_PROCESS_STARTED_AT = repr(time.time())
+"""Seconds since the epoch when this server process loaded its framework, sent on every health answer."""
 _LEAN_CLIENT = "nemo_gym.transport.lean_client"
 
 logger = logging.getLogger(__name__)
@@ -500,8 +505,10 @@ class SimpleServer(BaseServer):
             if path not in taken:
                 app.get(path, include_in_schema=False)(self._health)
 
-    async def _health(self) -> dict[str, str]:
-        return {"status": "ok"}
+    async def _health(self) -> Response:
+        """``{"status": "ok"}``, with when this process started: the collector's breaker tells a restarted server
+        from one that was up all along by it (``rollouts/breaker.py``)."""
+        return Response(_HEALTHY, media_type="application/json", headers={_STARTED_AT_HEADER: _PROCESS_STARTED_AT})
 
     @classmethod
     def load_config(cls, name: str, global_config: DictConfig) -> BaseRunServerInstanceConfig:

@@ -102,6 +102,11 @@ class ResponseEvents:
         events.append(self._event(closing, response=response))
         return events
 
+    def fail(self, message: str, code: str) -> list[dict[str, Any]]:
+        """The closing event of a response that could not be made."""
+        failed = self.shell | {"status": "failed", "error": {"code": code, "message": message}}
+        return [self._event("response.failed", response=failed)]
+
     def _item(self, item: dict[str, Any], index: int, continues: bool) -> list[dict[str, Any]]:
         kind = item.get("type")
         item_id = item.get("id") or f"item_{index}"
@@ -253,6 +258,17 @@ def response_events(response: dict[str, Any]) -> Iterator[dict[str, Any]]:
     yield from events.finish(response)
 
 
+def failed_response_events(message: str, code: str = "server_error") -> Iterator[dict[str, Any]]:
+    """The stream of a response that could not be made: created, then ``response.failed`` naming why.
+
+    A streaming client has already been promised a Responses stream, so a failure is its closing event, not an HTTP
+    error the client would read as a broken connection.
+    """
+    events = ResponseEvents(f"resp_failed_{time.time_ns()}", "")
+    yield from events.start()[:1]
+    yield from events.fail(message, code)
+
+
 # ----------------------------------------------------------------------------------------------------------------------
 # Chat Completions
 
@@ -292,6 +308,8 @@ def chat_completion_chunks(
     rest = content[len(sent_text) :] if content.startswith(sent_text) else ""
     if rest:
         yield _chunk(completion, {"content": rest})
+    if message.get("refusal"):
+        yield _chunk(completion, {"refusal": message["refusal"]})
     for index, call in enumerate(message.get("tool_calls") or []):
         function = call.get("function") or {}
         opening = {

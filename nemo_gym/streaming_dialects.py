@@ -127,6 +127,18 @@ def _namespace_folded(item: Any) -> Any:
     return folded
 
 
+def flatten_request_namespaces(body: dict[str, Any]) -> tuple[dict[str, Any], NamespaceMap]:
+    """``body`` with namespace tools flattened and replayed namespaced calls folded to match, nothing else changed
+    (``sanitize_streaming_responses_body`` also reshapes the rest); restore the answer's calls with the map."""
+    if not any(_kind(tool) == "namespace" for tool in body.get("tools") or []):
+        return body, {}
+    tools, names = flatten_namespace_tools(body["tools"])
+    flattened = {**body, "tools": tools}
+    if isinstance(body.get("input"), list):
+        flattened["input"] = [_namespace_folded(item) for item in body["input"]]
+    return flattened, names
+
+
 def _adopt_carried_tools(body: dict[str, Any], carried: list[Any]) -> NamespaceMap:
     """Append the usable function tools of ``additional_tools`` items to ``tools``; return their namespace map."""
     flat, carried_names = flatten_namespace_tools(carried)

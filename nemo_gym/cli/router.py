@@ -81,17 +81,30 @@ def build_parser() -> RouterParser:
 
 
 def _split_unknown(command: Command, unknown: list[str]) -> list[str]:
-    """Unknown ``-x`` tokens are errors (with a hint); anything else is an override passed through."""
+    """Unknown ``-x`` tokens are errors (with a hint); so is a bare word (a path, say), which no override can be:
+    overrides have an ``=`` or start with ``~``. Anything else is an override passed through."""
     known = [name for flag in command.flags for name in flag.names] + ["--verbose", "--help"]
+    words = " ".join(command.words)
     for token in unknown:
         if token.startswith("-"):
             name = token.split("=", 1)[0]
             close = difflib.get_close_matches(name, known, n=2, cutoff=0.5)
             hint = f" Did you mean: {' or '.join(close)}?" if close else ""
-            words = " ".join(command.words)
             print_error(f"gym {words}: unknown flag {name!r}.{hint} See `gym {words} --help`.")
             raise SystemExit(2)
+        if "=" not in token and not token.startswith("~"):
+            print_error(f"gym {words}: unexpected argument {token!r}{_value_hint(command, token)}")
+            raise SystemExit(2)
     return unknown
+
+
+def _value_hint(command: Command, token: str) -> str:
+    """How ``token`` could be given instead: a path after the first flag that takes one, else see the help."""
+    words = " ".join(command.words)
+    paths = [flag.names[0] for flag in command.flags if flag.metavar == "PATH"]
+    if paths and ("/" in token or "." in token):
+        return f": a path goes after its flag, e.g. gym {words} {paths[0]} {token}. See `gym {words} --help`."
+    return f": this command takes flags and key=value overrides. See `gym {words} --help`."
 
 
 def run(argv: list[str]) -> int:

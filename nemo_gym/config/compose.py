@@ -18,7 +18,6 @@ from __future__ import annotations
 import copy
 import os
 import platform
-import re
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +31,7 @@ from nemo_gym.config.includes import expand_config_paths, normalize_config_paths
 from nemo_gym.config.overrides import apply_overrides, overrides_as_dict, parse_overrides
 from nemo_gym.config.ports import DEFAULT_PORT_RANGE, reserve_port
 from nemo_gym.config.roots import find_path
-from nemo_gym.config.secrets import env_yaml_secrets, mask_value
+from nemo_gym.config.secrets import env_yaml_secrets
 from nemo_gym.config.server_models import ServerInstanceConfig
 from nemo_gym.config.servers import (
     check_pairings,
@@ -41,9 +40,17 @@ from nemo_gym.config.servers import (
     raise_for_almost_servers,
 )
 from nemo_gym.config.tree import MISSING, deep_merge, iter_leaves, plain_dict
+from nemo_gym.config.unset_values import (
+    UNSET_PLACEHOLDER,
+    first_line,
+    raise_for_missing_values,
+    resolve_interpolations,
+    set_hint,
+    swap_unset,
+)
 from nemo_gym.config.validation import SourceLocator, check_server_blocks, check_settings
 from nemo_gym.config.yaml_files import load_yaml_file
-from nemo_gym.errors import ConfigError, ConfigInterpolationError, ConfigMissingValuesError, NoServerInstancesError
+from nemo_gym.errors import ConfigError, ConfigInterpolationError, NoServerInstancesError
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_HEAD_SERVER_PORT = 11000
@@ -89,6 +96,9 @@ class ComposedConfig:
     """With ``allow_unset``: one line per value left ``???``, saying what to set."""
     secrets: frozenset[str] = frozenset()
     """The values env.yaml set, masked wherever the config is shown (rule 4 of :mod:`nemo_gym.config.secrets`)."""
+    sources: SourceLocator | None = None
+    """Where each key was set (file and line, or the command line), for checks made after composition to name it;
+    None for a config from elsewhere (``of``)."""
 
     @classmethod
     def of(cls, config: DictConfig | ComposedConfig) -> ComposedConfig:
@@ -125,18 +135,18 @@ def compose(options: ComposeOptions) -> ComposedConfig:
     merged = _default_policy_model(merged)
     if options.dummy_model and "policy_model" not in merged:  # only where `gym eval run` would have no model either
         merged["policy_model"] = copy.deepcopy(DUMMY_MODEL_CONFIG["policy_model"])
+    locator = SourceLocator([f.path for f in included.files], env_yaml_path, overrides)
     unset: list[str] = []
     if options.allow_unset:
         unset = [
-            _set_hint(path, f"{path!r} is not set (???)") for path, value in iter_leaves(merged) if value == MISSING
+            set_hint(path, f"{path!r} is not set (???)") for path, value in iter_leaves(merged) if value == MISSING
         ]
-        merged = _swap_unset(merged, MISSING, _UNSET_PLACEHOLDER)
+        merged = swap_unset(merged, MISSING, UNSET_PLACEHOLDER)
     else:
-        _raise_for_missing_values(merged)
-    resolved = _resolve_interpolations(merged, unset if options.allow_unset else None)
+        raise_for_missing_values(merged, locator)
+    resolved = resolve_interpolations(merged, locator, unset if options.allow_unset else None)
 
     _fill_defaults(resolved)
-    locator = SourceLocator([f.path for f in included.files], env_yaml_path, overrides)
     check_settings(resolved, locator)
     instances, almost = find_server_instances(resolved)
     strict = bool(resolved.get("error_on_almost_servers", True))
@@ -145,7 +155,7 @@ def compose(options: ComposeOptions) -> ComposedConfig:
         locator,
         skip=() if strict else [a.name for a in almost],
         near_misses=strict,
-        unset_marker=_UNSET_PLACEHOLDER if options.allow_unset else None,
+        unset_marker=UNSET_PLACEHOLDER if options.allow_unset else None,
         nulls_unset=options.nulls_unset,
     )
     if almost and strict:
@@ -157,12 +167,12 @@ def compose(options: ComposeOptions) -> ComposedConfig:
             "the config defines no server instances to start. Pass a config with --config PATH, "
             "--environment NAME or --resources-server NAME (see `gym list environments`)"
         )
-    _fill_server_addresses(resolved, instances, options.reserve_ports)
+    _fill_server_addresses(resolved, instances, options.reserve_ports, locator)
     _propagate_agent_settings(resolved, instances)
-    final = _swap_unset(resolved, _UNSET_PLACEHOLDER, MISSING) if options.allow_unset else resolved
+    final = swap_unset(resolved, UNSET_PLACEHOLDER, MISSING) if options.allow_unset else resolved
     instances, _ = find_server_instances(resolved)  # again: now with their addresses and agent settings
     secrets = env_yaml_secrets(env_yaml, final)
-    return ComposedConfig(OmegaConf.create(final), instances, env_yaml_path, unset, secrets)
+    return ComposedConfig(OmegaConf.create(final), instances, env_yaml_path, unset, secrets, locator)
 
 
 def find_env_yaml() -> Path | None:
@@ -181,7 +191,7 @@ def _config_paths(env_yaml: dict[str, Any], cli: dict[str, Any]) -> list[str]:
     try:
         value = OmegaConf.to_container(OmegaConf.create(small).get("config_paths"), resolve=True)
     except OmegaConfBaseException as e:
-        raise ConfigInterpolationError(f"config_paths cannot be resolved: {_first_line(e)}") from e
+        raise ConfigInterpolationError(f"config_paths cannot be resolved: {first_line(e)}") from e
     except ValueError:
         value = small["config_paths"]
     return normalize_config_paths(value, "config_paths")
@@ -211,74 +221,6 @@ def _refers_to_policy_model(node: Any) -> bool:
     return False
 
 
-def _raise_for_missing_values(config: dict[str, Any]) -> None:
-    missing = [path for path, value in iter_leaves(config) if value == MISSING]
-    if len(missing) == 1:
-        raise ConfigMissingValuesError(
-            f"required config value {missing[0]!r} is not set (???). Set it in env.yaml or pass ++{missing[0]}=<value>"
-        )
-    if missing:
-        hints = " ".join(f"++{path}=<value>" for path in missing)
-        raise ConfigMissingValuesError(
-            f"{len(missing)} required config values are not set (???): {', '.join(missing)}. "
-            f"Set them in env.yaml or on the command line: {hints}"
-        )
-
-
-_MISSING_KEY = re.compile(r"key '([^']+)'")
-
-
-def _resolve_interpolations(config: dict[str, Any], unset: list[str] | None = None) -> dict[str, Any]:
-    """Resolve every ``${...}``; report each value that cannot be resolved, naming it and the key it needs.
-
-    With an ``unset`` list, such a value becomes unset and its line goes to the list instead of an error.
-    """
-    dict_config = OmegaConf.create(config)
-    problems = []
-    for path, value in iter_leaves(config):
-        if not (isinstance(value, str) and "${" in value):
-            continue
-        try:
-            OmegaConf.select(dict_config, path, throw_on_resolution_failure=True)
-        except OmegaConfBaseException as e:
-            match = _MISSING_KEY.search(str(e))
-            value = mask_value(path.rsplit(".", 1)[-1], value)  # echoed below: never a secret's literal part
-            if unset is not None:
-                needed = match.group(1) if match else path
-                unset.append(_set_hint(needed, f"{needed!r} is not set (needed by {path} = {value})"))
-                OmegaConf.update(dict_config, path, _UNSET_PLACEHOLDER, merge=False)
-                continue
-            hint = f" Set {match.group(1)!r} in env.yaml or pass ++{match.group(1)}=<value>." if match else ""
-            problems.append(f"config value {path!r} = {value!r} cannot be resolved: {_first_line(e)}.{hint}")
-    if problems:
-        raise ConfigInterpolationError("; ".join(problems))
-    return plain_dict(dict_config)
-
-
-_UNSET_PLACEHOLDER = "<unset value>"
-"""Stands for an unset value while an ``allow_unset`` config is composed: OmegaConf refuses to read ``???`` and
-server validation expects strings; it is turned back into ``???`` (with whatever was built from it) at the end."""
-
-
-def _swap_unset(node: Any, old: str, new: str) -> Any:
-    """A copy of ``node`` with every string holding ``old`` replaced by ``new`` (``old`` -> ``???`` whole)."""
-    if isinstance(node, dict):
-        return {key: _swap_unset(value, old, new) for key, value in node.items()}
-    if isinstance(node, list):
-        return [_swap_unset(value, old, new) for value in node]
-    if isinstance(node, str) and old in node:
-        return new if new == MISSING or node == old else node.replace(old, new)
-    return node
-
-
-def _set_hint(key: str, what: str) -> str:
-    return f"{what}: set it in env.yaml or pass ++{key}=<value>"
-
-
-def _first_line(error: Exception) -> str:
-    return str(error).strip().splitlines()[0].rstrip(".") if str(error).strip() else type(error).__name__
-
-
 def _fill_defaults(config: dict[str, Any]) -> None:
     if config.get("use_absolute_ip"):
         config.setdefault("default_host", socket.gethostbyname(socket.gethostname()))
@@ -300,8 +242,11 @@ def _fill_defaults(config: dict[str, Any]) -> None:
         config[key] = str(Path(value).expanduser().resolve())
 
 
-def _fill_server_addresses(config: dict[str, Any], instances: list[ServerInstanceConfig], reserve_ports: bool) -> None:
-    """Give every instance a host, and with ``reserve_ports`` a port held open for it (see ``config/ports.py``)."""
+def _fill_server_addresses(
+    config: dict[str, Any], instances: list[ServerInstanceConfig], reserve_ports: bool, locator: SourceLocator
+) -> None:
+    """Give every instance a host, and with ``reserve_ports`` a port held open for it (see ``config/ports.py``); a
+    configured port that cannot be bound is named with the file and line that set it."""
     explicit_ports = {config["head_server"]["port"]}
     for instance in instances:
         inner = config[instance.name][instance.SERVER_TYPE][instance.implementation]
@@ -315,9 +260,15 @@ def _fill_server_addresses(config: dict[str, Any], instances: list[ServerInstanc
         inner = config[instance.name][instance.SERVER_TYPE][instance.implementation]
         inner["host"] = inner.get("host") or config["default_host"]
         if reserve_ports:
-            reservation = reserve_port(
-                instance.name, inner["host"], inner.get("port"), port_range, disallowed=explicit_ports
-            )
+            try:
+                reservation = reserve_port(
+                    instance.name, inner["host"], inner.get("port"), port_range, disallowed=explicit_ports
+                )
+            except ConfigError as e:
+                if not inner.get("port"):
+                    raise
+                block = [instance.name, instance.SERVER_TYPE, instance.implementation, "port"]
+                raise ConfigError(locator.describe(block, str(e))) from e
             inner["port"] = reservation.port
         else:
             inner.setdefault("port", None)

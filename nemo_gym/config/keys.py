@@ -22,6 +22,7 @@ RESERVED_TOP_LEVEL_KEYS = frozenset(
         # NeMo Gym 0.7: run an agent or model a resources server's allowed_agents / allowed_model_types leave out
         "allow_unsupported_pairing",
         "server_call_timeout_seconds",
+        "server_supervision",  # the launcher's restarts of servers that die or freeze (config/supervision.py)
     }
 )  # fmt: skip
 """Top-level keys that are settings of the framework itself, never server instances."""

@@ -87,6 +87,13 @@ def get_reservation(name: str) -> PortReservation | None:
     return _reservations.get(name)
 
 
+def release(name: str) -> None:
+    """Close the socket held for ``name`` (a restarted server's child has taken it)."""
+    reservation = _reservations.pop(name, None)
+    if reservation is not None:
+        reservation.close()
+
+
 def release_all() -> None:
     """Close every held socket (after the children have taken them, or on shutdown)."""
     for reservation in _reservations.values():

@@ -27,6 +27,7 @@ from nemo_gym.config.placement import DEFAULT_RAY_ADDRESS, DEFAULT_REPLICAS, REP
 from nemo_gym.config.schemas import ServerSchema, find_server_schema, implementation_dir
 from nemo_gym.config.secrets import mask_value
 from nemo_gym.config.server_models import SERVER_TYPES
+from nemo_gym.config.supervision import SupervisionConfig
 from nemo_gym.errors import ConfigError
 
 FRAMEWORK_KEYS = frozenset(
@@ -58,6 +59,7 @@ class _CommonKeys(BaseModel):
     value: str | None = None
     max_active_requests: int | None = Field(default=None, ge=0)
     replicas: int = Field(default=DEFAULT_REPLICAS, ge=1)
+    port: int | None = Field(default=None, ge=0, le=65535)  # 0 or unset: a free one is picked
 
 
 class _HeadServer(BaseModel):
@@ -86,6 +88,7 @@ class _Settings(BaseModel):
     skip_verification_reward: float | None = None
     server_startup_timeout_seconds: float | None = Field(default=None, gt=0)
     server_call_timeout_seconds: float | None = Field(default=None, gt=0)
+    server_supervision: SupervisionConfig | None = None
     global_aiohttp_connector_limit: int | None = Field(default=None, ge=1)
     global_aiohttp_connector_limit_per_host: int | None = Field(default=None, ge=1)
     server_max_active_requests: int | None = Field(default=None, ge=0)

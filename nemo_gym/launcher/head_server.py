@@ -10,6 +10,7 @@ config: they read the real one, secrets included, from the file the launcher han
 
 from __future__ import annotations
 
+import errno
 import socket
 import threading
 import time
@@ -23,6 +24,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from nemo_gym.errors import ConfigError
+from nemo_gym.launcher.port_holder import describe_holder
 from nemo_gym.transport.access import AccessMiddleware
 
 _HEAD_MAX_BODY = 64 * 1024
@@ -68,9 +70,10 @@ def bind_head_socket(host: str, port: int) -> socket.socket:
         sock.listen(128)
     except OSError as e:
         sock.close()
+        reason = f"the port is {describe_holder(port)}" if e.errno == errno.EADDRINUSE else (e.strerror or str(e))
         raise ConfigError(
-            f"the head server cannot listen on {host}:{port} ({e.strerror or e}). Another `gym env start` may be "
-            f"running (see `gym env status`); stop it, or pick another port with +head_server.port=<port>"
+            f"the head server cannot listen on {host}:{port}: {reason}. Stop it, or pick another port with "
+            f"+head_server.port=<port>"
         ) from e
     return sock
 

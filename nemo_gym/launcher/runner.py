@@ -19,6 +19,7 @@ listening socket), ``PYTHONPATH=<impl dir>:<its root>:...`` and ``PYTHONUNBUFFER
 
 from __future__ import annotations
 
+import _thread
 import asyncio
 import concurrent.futures
 import contextlib
@@ -37,10 +38,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from nemo_gym.config import ports
 from nemo_gym.config.compose import ComposedConfig, ComposeOptions, compose
-from nemo_gym.config.placement import RAY_ADDRESS_KEY, REPLICAS_KEY
-from nemo_gym.config.roots import candidate_paths, child_env, search_roots
+from nemo_gym.config.placement import RAY_ADDRESS_KEY
+from nemo_gym.config.roots import child_env
 from nemo_gym.config.secrets import mask_text, secret_values
 from nemo_gym.config.server_models import ServerInstanceConfig, maybe_get_server_instance_config
+from nemo_gym.config.supervision import SUPERVISION_KEY, SupervisionConfig
 from nemo_gym.config.tree import plain_dict
 from nemo_gym.errors import ConfigError
 from nemo_gym.global_config import (
@@ -50,10 +52,12 @@ from nemo_gym.global_config import (
     masked_config_yaml,
 )
 from nemo_gym.launcher.head_server import HeadServer, bind_head_socket, build_head_app
+from nemo_gym.launcher.preflight import check_replicas, find_implementation
 from nemo_gym.launcher.processes import LogSink, exit_code, read_lines_into, spawn, stop_process_groups
 from nemo_gym.launcher.reaper import CONFIG_FILE, Reaper, remove_run_files, sweep_dead_runs, write_owner
 from nemo_gym.launcher.server_process import ServerLaunchError, ServerProcess, describe_exit, tail_text
 from nemo_gym.launcher.signals import second_signal_forces, sigterm_as_interrupt
+from nemo_gym.launcher.supervisor import Health, Supervisor, probe_health
 from nemo_gym.launcher.venvs import BuildContext, build_venv, shared_venv_enabled, venv_spec
 from nemo_gym.transport import access, heap
 
@@ -107,6 +111,13 @@ class Launcher:
         self.startup_timeout_s = timeout
         self.shutdown_grace_s = shutdown_grace_s
         self.shared_venv = shared_venv_enabled(self._data.get("shared_venv"))
+        self.supervision = SupervisionConfig.model_validate(self._data.get(SUPERVISION_KEY) or {})
+        self.failure: ServerLaunchError | None = None
+        """Set when a server was given up on (``launcher/supervisor.py``): the launch has failed with it."""
+        self.interrupt_main_on_failure = False
+        """Interrupt the main thread when a server is given up on: the caller works there (``running_servers``)."""
+        self._supervisor: Supervisor | None = None
+        self._spawn_lock = threading.Lock()
         self.results_dir = Path(self._data.get("results_dir") or "results").resolve()
         self.cache_dir = Path(self._data.get("cache_dir") or "cache").resolve()
         self.log_dir = self.results_dir / "logs"
@@ -179,6 +190,7 @@ class Launcher:
             self._prepare_interpreters(deadline)
             self._spawn_all()
             _run_async(lambda: self._wait_until_ready(deadline))
+            self._supervise()
             heap.release_freed_memory()  # composing and spawning freed ~3 MB that it holds for as long as they run
         except BaseException:
             self.stop()
@@ -196,9 +208,13 @@ class Launcher:
             self.stop()
 
     def wait(self, poll_s: float = 0.5) -> None:
-        """Block until :meth:`request_stop` (returns) or until a server exits (raises :class:`ServerLaunchError`)."""
+        """Block until :meth:`request_stop` (returns) or until a server is given up on (raises
+        :class:`ServerLaunchError`); without supervision, until a server exits."""
         while not self._stop_requested.wait(poll_s):
-            self.raise_for_exited(during_startup=False)
+            if self._supervisor is None:
+                self.raise_for_exited(during_startup=False)
+        if self.failure is not None:
+            raise self.failure
 
     def request_stop(self) -> None:
         """Make :meth:`wait` return (safe from any thread and from signal handlers)."""
@@ -226,9 +242,12 @@ class Launcher:
                 return
             self._stopped = True
         self._stop_requested.set()
+        if self._supervisor is not None:
+            self._supervisor.stop()  # first: the exits that follow are not crashes
         for build in self._builds:
             build.kill_running()
-        popens = [s.popen for s in self.servers if s.popen is not None]
+        with self._spawn_lock:  # a restart in progress has finished; none starts after this
+            popens = [s.popen for s in self.servers if s.popen is not None]
         if popens:
             with second_signal_forces(self._force):
                 stop_process_groups(popens, self.shutdown_grace_s, self._force)
@@ -262,17 +281,8 @@ class Launcher:
             if instance.name in self._external:
                 continue
             inner = self._data[instance.name][instance.SERVER_TYPE][instance.implementation]
-            impl_dir, root = _find_impl_dir(instance.name, instance.SERVER_TYPE, instance.implementation)
-            entrypoint = impl_dir / str(inner["entrypoint"])
-            if not entrypoint.is_file():
-                raise ConfigError(
-                    f"server {instance.name!r}: entrypoint {inner['entrypoint']!r} not found in {impl_dir}"
-                )
-            if int(inner.get(REPLICAS_KEY) or 1) > 1 and not self.places_replicas:
-                raise ConfigError(
-                    f"{instance.name}.{instance.SERVER_TYPE}.{instance.implementation}.{REPLICAS_KEY}: replicas are "
-                    f"placed on a Ray cluster; pass --ray-address ADDRESS (config key {RAY_ADDRESS_KEY})"
-                )
+            impl_dir, root, entrypoint = find_implementation(instance, inner)  # checked as `gym env validate` does
+            check_replicas(instance, inner, self.places_replicas)
             host = str(inner.get("host") or self._data.get("default_host") or "127.0.0.1")
             reservation = ports.get_reservation(instance.name)
             if reservation is None:  # composed without reserve_ports: take the port now
@@ -284,7 +294,7 @@ class Launcher:
             self.servers.append(
                 ServerProcess(
                     instance.name, instance.SERVER_TYPE, instance.implementation, host, reservation.port,
-                    impl_dir, root, entrypoint.resolve(), sink,
+                    impl_dir, root, entrypoint, sink,
                 )
             )  # fmt: skip
 
@@ -389,31 +399,64 @@ class Launcher:
         self._reaper = Reaper(self.config_path)  # stops the servers if this process dies without doing it
         for server in spawn_order(self.servers):
             reservation = ports.get_reservation(server.name)
-            assert reservation is not None and server.python is not None
-            env = self._child_env(server, reservation.fileno())
-            server.sink.note(f"starting {server.python} {server.entrypoint} on {server.url}")
-            try:
-                server.popen = spawn(
-                    [server.python, str(server.entrypoint)],
-                    cwd=server.impl_dir,
-                    env=env,
-                    pass_fds=[reservation.fileno()],
-                )
-            except OSError as e:
-                raise ServerLaunchError(f"server {server.name!r}: cannot start {server.python}: {e}") from e
-            self._reaper.watch(server.popen.pid)
-            server.started_at = datetime.now(UTC).isoformat(timespec="seconds")
-            assert server.popen.stdout is not None
-            server.reader = threading.Thread(
-                target=read_lines_into,
-                args=(server.popen.stdout, [server.sink]),
-                name=f"log-{server.name}",
-                daemon=True,
-            )
-            server.reader.start()
+            assert reservation is not None
+            self._spawn(server, reservation.fileno())
         # The children hold the listening sockets now; the launcher's copies would only keep ports busy after them.
         ports.release_all()
         self._released_ports = True
+
+    def _spawn(self, server: ServerProcess, listen_fd: int) -> None:
+        """Start one server's process on the listening socket ``listen_fd``, its output read into its log."""
+        assert server.python is not None and self._reaper is not None
+        env = self._child_env(server, listen_fd)
+        server.sink.note(f"starting {server.python} {server.entrypoint} on {server.url}")
+        try:
+            server.popen = spawn([server.python, str(server.entrypoint)], cwd=server.impl_dir, env=env,
+                                 pass_fds=[listen_fd])  # fmt: skip
+        except OSError as e:
+            raise ServerLaunchError(f"server {server.name!r}: cannot start {server.python}: {e}") from e
+        self._reaper.watch(server.popen.pid)
+        server.started_at = datetime.now(UTC).isoformat(timespec="seconds")
+        assert server.popen.stdout is not None
+        server.reader = threading.Thread(
+            target=read_lines_into, args=(server.popen.stdout, [server.sink]), name=f"log-{server.name}", daemon=True
+        )
+        server.reader.start()
+
+    def _respawn(self, server: ServerProcess) -> None:
+        """Start a dead server again on its own address (the supervisor's restarts)."""
+        with self._spawn_lock:
+            if self._stop_requested.is_set():
+                raise ServerLaunchError("the launch is stopping")
+            try:
+                reservation = ports.reserve_port(server.name, server.host, server.port)
+            except ConfigError as e:
+                raise ServerLaunchError(str(e)) from e
+            try:
+                self._spawn(server, reservation.fileno())
+            finally:
+                ports.release(server.name)
+
+    def _supervise(self) -> None:
+        """Restart servers that die or freeze from now on (``launcher/supervisor.py``), unless switched off. Servers
+        placed on a Ray cluster run under their node's agent, not as children of this process: not supervised."""
+        if not self.supervision.enabled or any(server.popen is None for server in self.servers):
+            return
+        self._supervisor = Supervisor(
+            self.servers,
+            self.supervision,
+            respawn=self._respawn,
+            give_up=self._given_up,
+            startup_timeout_s=self.startup_timeout_s,
+        )
+        self._supervisor.start()
+
+    def _given_up(self, error: ServerLaunchError) -> None:
+        if self.failure is None:
+            self.failure = error
+        self._stop_requested.set()  # wait() raises it
+        if self.interrupt_main_on_failure:
+            _thread.interrupt_main()  # running_servers turns the interrupt into the error
 
     def _child_env(self, server: ServerProcess, listen_fd: int) -> dict[str, str]:
         env = child_env(dict(os.environ))  # --search-dir roots reach the child as NEMO_GYM_EXTRA_ROOTS
@@ -439,9 +482,9 @@ class Launcher:
             if self._stop_requested.is_set():
                 raise KeyboardInterrupt
             pending = [s for s in self.servers if not s.ready]
-            results = await asyncio.gather(*(_answers_ok(s) for s in pending))
-            for server, ok in zip(pending, results, strict=True):
-                if ok:
+            results = await asyncio.gather(*(probe_health(s, _PROBE_TIMEOUT_S) for s in pending))
+            for server, health in zip(pending, results, strict=True):
+                if health is Health.OK:
                     server.ready = True
                     server.sink.note(f"ready on {server.url}")
             if all(s.ready for s in self.servers):
@@ -489,10 +532,15 @@ def running_servers(
     launcher = new_launcher(
         config, echo=echo, startup_timeout_s=startup_timeout_s, shutdown_grace_s=shutdown_grace_s, external=external
     )
+    launcher.interrupt_main_on_failure = threading.current_thread() is threading.main_thread()
     with sigterm_as_interrupt():
         launcher.start()
         try:
             yield launcher
+        except KeyboardInterrupt:
+            if launcher.failure is not None:  # a server was given up on: that is why the caller was interrupted
+                raise launcher.failure from None
+            raise
         finally:
             launcher.stop()
 
@@ -523,19 +571,6 @@ def _readdressed(name: str, block: dict[str, Any]) -> ServerInstanceConfig:
     return instance
 
 
-def _find_impl_dir(name: str, server_type: str, implementation: str) -> tuple[Path, Path]:
-    """``<root>/<server_type>/<impl>`` in the first search root that has it, and that root."""
-    relative = Path(server_type) / implementation
-    for candidate in candidate_paths(relative):
-        if candidate.is_dir():
-            return candidate.resolve(), candidate.resolve().parent.parent
-    roots = ", ".join(str(r) for r in search_roots())
-    raise ConfigError(
-        f"server {name!r}: implementation directory {relative} not found in any search root ({roots}). "
-        "Run from the directory that holds it, or add its root with --search-dir DIR"
-    )
-
-
 def _fan_out(members: list[ServerProcess]) -> Callable[[bytes], None]:
     """Build output goes to the log of every instance sharing the venv, echoed once."""
 
@@ -544,34 +579,6 @@ def _fan_out(members: list[ServerProcess]) -> Callable[[bytes], None]:
             member.sink.write(line, echo=i == 0)
 
     return log
-
-
-async def _answers_ok(server: ServerProcess) -> bool:
-    """Whether the server answers ``GET /`` with 200: one request on a fresh connection, with the run's token.
-
-    Plain asyncio streams rather than the pooled client: a launcher needs nothing more for this, and not loading an
-    HTTP client library keeps the launcher (which lives as long as the servers) ~10 MB smaller.
-    """
-    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(server.host, server.host)
-    authority = f"{f'[{host}]' if ':' in host else host}:{server.port}"
-    token = access.registered_token(f"http://{authority}/")
-    head = f"GET / HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n"
-    if token:
-        head += f"{access.TOKEN_HEADER}: {token}\r\n"
-    try:
-        async with asyncio.timeout(_PROBE_TIMEOUT_S):
-            reader, writer = await asyncio.open_connection(host, server.port)
-            try:
-                writer.write(f"{head}\r\n".encode("latin-1"))
-                status_line = await reader.readline()
-            finally:
-                writer.close()
-                with contextlib.suppress(OSError):
-                    await writer.wait_closed()
-    except (OSError, TimeoutError):
-        return False
-    parts = status_line.split(None, 2)
-    return len(parts) >= 2 and parts[0].startswith(b"HTTP/") and parts[1] == b"200"
 
 
 def _run_async(make: Callable[[], Awaitable[T]]) -> T:

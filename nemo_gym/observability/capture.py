@@ -518,12 +518,23 @@ def _flag_incomplete(store: CaptureStore, rollout_id: str) -> None:
 class _CaptureMiddleware:
     """Pure ASGI (streams pass through unbuffered): strip ``/ng-rollout/<id>``, copy the exchange, append it."""
 
-    def __init__(self, app: Any, *, store: CaptureStore | None, model_server_name: str | None) -> None:
+    def __init__(
+        self, app: Any, *, store: CaptureStore | None, model_server_name: str | None, **token_capture: Any
+    ) -> None:
+        """``token_capture``: NeMo Gym 0.7's training-capture arguments (``lineage_store``, ``external_staging``, ...),
+        which put our training-capture layer in front of this one (``token_capture.training_capture_layer``)."""
+        from nemo_gym.observability.token_capture import training_capture_layer
+
         self._app = app
         self._store = store
         self._model_ref = {"type": "responses_api_models", "name": model_server_name} if model_server_name else None
+        token_capture.pop("non_generating_requests", None)  # every unobserved path is forwarded untouched here
+        self._entry = training_capture_layer(self._observe, **token_capture) or self._observe
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await self._entry(scope, receive, send)
+
+    async def _observe(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope.get("type") != "http":
             await self._app(scope, receive, send)
             return

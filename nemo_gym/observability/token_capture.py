@@ -37,6 +37,7 @@ from nemo_gym.token_id_capture.records import UNCOMMITTED_CALL_REASON
 from nemo_gym.token_id_capture.sink import (
     CaptureContext,
     capture_tokens,
+    current_capture_context,
     register_call_intent,
     reset_token_sink,
     resolve_parent,
@@ -146,6 +147,7 @@ class TrainingTokenCaptureMiddleware:
         answer = bytearray()
         state: dict[str, Any] = {"status": None, "streaming": False}
         held: list[dict[str, Any]] = []
+        hold_all = self._external_staging  # the engine answered whole anyway; a verdict must precede every byte
 
         async def keep(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.start":
@@ -157,6 +159,9 @@ class TrainingTokenCaptureMiddleware:
                 if not message.get("more_body", False):
                     held.append(message)  # released once the record is written
                     return
+            if hold_all:
+                held.append(message)
+                return
             await send(message)
 
         token = set_token_sink(context)
@@ -164,25 +169,78 @@ class TrainingTokenCaptureMiddleware:
             await resolve_parent(items)
             await register_call_intent()
             await self._app(scope, replay, keep)
-            if isinstance(state["status"], int) and state["status"] < 400:
-                await self._finish(context, _answer(bytes(answer), state["streaming"], dialect), items)
+            served = isinstance(state["status"], int) and state["status"] < 400
+            if served and not self._external_staging and not (context.committed or context.answer_captured):
+                await capture_tokens(_answer(bytes(answer), state["streaming"], dialect), request_messages=items)
         finally:
-            reset_token_sink(token)
-            for message in held:
-                await send(message)
-
-    async def _finish(self, context: CaptureContext, answer: dict[str, Any] | None, items: Any) -> None:
-        """Record a served call; an admitted worker-staged call that was never acknowledged poisons its rollout."""
-        if not self._external_staging:
-            if not context.committed:
-                await capture_tokens(answer, request_messages=items)
-            return
-        ledger = context.lineage_store
-        if context.capture_admission is not None and not context.committed and isinstance(ledger, CaptureLedger):
             try:
-                await ledger.record_failure(context.rollout_id, context.model_call_id, UNCOMMITTED_CALL_REASON)
-            except Exception:
-                logger.warning("could not poison uncommitted call %s", context.model_call_id, exc_info=True)
+                if self._external_staging:
+                    await _poison_uncommitted(context)
+            finally:
+                reset_token_sink(token)
+                for message in held:
+                    await send(message)
+
+
+async def _poison_uncommitted(context: CaptureContext) -> None:
+    """An admitted worker-staged call that was never acknowledged (failed, made up locally, or its answer could not
+    be served) poisons its rollout, before the client sees how the call ended."""
+    ledger = context.lineage_store
+    if context.capture_admission is None or context.committed or not isinstance(ledger, CaptureLedger):
+        return
+    try:
+        await ledger.record_failure(context.rollout_id, context.model_call_id, UNCOMMITTED_CALL_REASON)
+    except Exception:
+        logger.warning("could not poison uncommitted call %s", context.model_call_id, exc_info=True)
+
+
+async def resolve_before_handler(dialect: str, body: Any) -> None:
+    """Decide the parent from the request as the route received it, when no capture layer decided it already.
+
+    A context set by an embedding caller (not by :class:`TrainingTokenCaptureMiddleware`) is resolved here, so prefix
+    supply and capture see the same decision either way.
+    """
+    context = current_capture_context()
+    if context is None or context.parent_resolution is not None:
+        return
+    plain = body.model_dump(mode="json", exclude_unset=True) if hasattr(body, "model_dump") else body
+    await resolve_parent(request_items(dialect, plain))
+    await register_call_intent()
+
+
+async def capture_handler_answer(answer: Any) -> None:
+    """Record the handler's own answer (it still carries its token ids, which a Messages answer no longer would)."""
+    context = current_capture_context()
+    if context is None or context.external_staging or context.committed:
+        return
+    await capture_tokens(answer, request_messages=context.request_items)
+
+
+def training_capture_layer(
+    app: Any,
+    *,
+    token_store: TokenSink | None = None,
+    configured_sink: TokenSink | None = None,
+    lineage_store: LineageResolver | None = None,
+    delta_records: bool = False,
+    external_staging: bool = False,
+    token_capture_enabled: bool = False,
+) -> TrainingTokenCaptureMiddleware | None:
+    """NeMo Gym 0.7's capture arguments as our training-capture layer around ``app`` (None: nothing to capture).
+
+    ``app`` strips the rollout prefix itself, so the layer keeps it.
+    """
+    sink = configured_sink or installed_token_sink() or token_store
+    if sink is None and not token_capture_enabled:
+        return None
+    return TrainingTokenCaptureMiddleware(
+        app,
+        sink=sink,
+        lineage_store=lineage_store,
+        delta_records=delta_records,
+        external_staging=external_staging,
+        keep_prefix=True,
+    )
 
 
 def _destinations(config: TokenIdCaptureConfig) -> tuple[TokenSink | None, LineageResolver | None]:
@@ -214,6 +272,14 @@ def install_training_token_capture(app: Any, global_config: Mapping[str, Any], *
         raise ConfigError("token_id_capture.external_staging needs a lineage_store that is a CaptureLedger")
     if sink is None and not external:
         raise ConfigError("token_id_capture is enabled but has nowhere to write: set token_id_capture.dir or a sink")
+    if external:
+        from nemo_gym.token_id_capture.control_routes import install_rollout_control_routes
+
+        try:
+            auth_token = config.token_id_capture.resolve_control_auth_token()
+        except ValueError as error:
+            raise ConfigError(f"token_id_capture: {error}") from None
+        install_rollout_control_routes(app, lineage, auth_token=auth_token)  # type: ignore[arg-type]
     app.add_middleware(
         TrainingTokenCaptureMiddleware,
         sink=sink,

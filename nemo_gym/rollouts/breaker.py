@@ -18,6 +18,13 @@ the agent answered 502 naming an upstream hop it could not reach or that did not
 
 A scored rollout resets every count: it went through its agent, model and resources servers.
 
+A server restarted under a run (the launcher's supervisor, ``launcher/supervisor.py``, restarts one that died or
+froze, within a second or two) may already answer when the probe asks. Its health answer says when its process
+started (``X-NeMo-Gym-Started-At``): started after the failed rollout did, the failure was the restart's, not the
+rollout's, and the rollout runs again uncharged. The same holds for a failure that names no server (a tool call that
+found its session gone with the old process): :meth:`Breakers.restarted_since` asks every server, once a second at
+most, whether one of them started after the rollout.
+
 Replicas (a launch on a Ray cluster, ``launcher/ray_placement.py``): servers of one ``group`` are copies of one
 instance. A replica found down pauses nothing while a sibling is up: the collector's router (``rollouts/replicas.py``)
 stops sending it rows, the rollouts it failed run again on a sibling (uncharged, as above), and past the deadline it
@@ -27,6 +34,7 @@ is left out for good instead of stopping the run. Only when every replica of a g
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import sys
 import time
@@ -36,6 +44,9 @@ from dataclasses import dataclass, field
 import aiohttp
 
 from nemo_gym.errors import TransportError
+from nemo_gym.transport import access
+from nemo_gym.transport.origins import origin_of
+from nemo_gym.transport.types import STARTED_AT_HEADER
 
 DEFAULT_THRESHOLD = 3
 PROBE_TIMEOUT_S = 3.0
@@ -113,6 +124,10 @@ class Breakers:
         self._paused_by: set[str] = set()
         self._stopped: ServersDownError | None = None
         self._session: aiohttp.ClientSession | None = None
+        self._started_at: dict[str, float] = {}
+        """When each server's process started, by URL, as its last health answer said (servers that say it)."""
+        self._census: asyncio.Future[None] | None = None
+        self._census_at = -1.0
 
     # -- what the collector asks ---------------------------------------------------------------------------------
 
@@ -153,9 +168,11 @@ class Breakers:
         for breaker in self._breakers.values():
             breaker.failures = 0
 
-    async def is_down(self, server: Server) -> bool:
+    async def is_down(self, server: Server, since: float | None = None) -> bool:
         """Count a failure pointing at ``server`` and say whether the server is down (the failure is then not the
-        rollout's). Waits for a probe unless the server is already known to be down."""
+        rollout's). Waits for a probe unless the server is already known to be down. ``since``: when the failed
+        rollout started (``time.time()``); a server that answers but started after it was restarted under the
+        rollout, which counts as down too."""
         breaker = self._breakers.setdefault(server.name, _Breaker(server))
         breaker.failures += 1
         if breaker.down_since is not None:
@@ -170,16 +187,31 @@ class Breakers:
             breaker.probe = None
         if reason is None:
             self._resume(server.name)
-            return False
+            return since is not None and self._started_at.get(server.url, 0.0) > since
         if breaker.down_since is None:
             self._went_down(breaker, reason)
         return True
+
+    async def restarted_since(self, since: float) -> Server | None:
+        """A server of the run whose process started after ``since`` (it was restarted), asking each at most once a
+        second however many rollouts ask; None when none was (or none says when it started)."""
+        if time.monotonic() - self._census_at >= self._probe_interval_s or self._census is None:
+            if self._census is None or self._census.done():
+                self._census = asyncio.ensure_future(self._take_census())
+            await asyncio.shield(self._census)
+        return next((s for s in self._servers.values() if self._started_at.get(s.url, 0.0) > since), None)
+
+    async def _take_census(self) -> None:
+        await asyncio.gather(*(self._ask(server.url) for server in self._servers.values()))
+        self._census_at = time.monotonic()
 
     async def aclose(self) -> None:
         for breaker in self._breakers.values():
             for task in (breaker.watcher, breaker.probe):
                 if task is not None and not task.done():
                     task.cancel()
+        if self._census is not None and not self._census.done():
+            self._census.cancel()
         if self._session is not None:
             await self._session.close()
 
@@ -259,8 +291,14 @@ class Breakers:
                 timeout=aiohttp.ClientTimeout(total=self._probe_timeout_s),
             )
         try:
-            async with self._session.get(f"{url}/") as response:
+            # With the run's token: a 401 says the server is alive, but only its own answer says when it started.
+            headers = access.headers_for(origin_of(url), None)
+            async with self._session.get(f"{url}/", headers=headers) as response:
                 await response.read()
+                started_at = response.headers.get(STARTED_AT_HEADER)
+            if started_at:
+                with contextlib.suppress(ValueError):
+                    self._started_at[url] = float(started_at)
             return None
         except TimeoutError:
             return f"no answer within {self._probe_timeout_s:g} s"

@@ -10,6 +10,12 @@ them whole:
 * **No silent overwrite.** A run that finds results there already (a non-empty rollouts or failures file, or
   metrics) is refused unless it continues them (``--resume``) or replaces them (``--overwrite``). Materialized
   inputs and the run record alone are not results: they are rebuilt from the input.
+
+A fresh run (not ``--resume``) that fails or is interrupted before it wrote any result removes its materialized
+inputs and run record as it lets go of the output (:func:`discard_without_results`): beside no results they only look
+like a run that is not there, and the next run rebuilds both from the input. Beside results they stay (``--resume``
+checks its input against the run record; ``gym eval profile`` and ``reverify`` read the materialized inputs), and a
+``--resume`` leaves them as they were: they are the earlier run's.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from pathlib import Path
 
 from nemo_gym.errors import ConfigError, UserError
 from nemo_gym.rollouts.config import RolloutCollectionConfig
-from nemo_gym.rollouts.outputs import aggregate_metrics_path, failures_path, manifest_path
+from nemo_gym.rollouts.outputs import aggregate_metrics_path, failures_path, manifest_path, materialized_inputs_path
 
 logger = logging.getLogger(__name__)
 
@@ -59,9 +65,24 @@ def claim_output(settings: RolloutCollectionConfig) -> Iterator[Path]:
     lock = _acquire(lock_path(output), output)
     try:
         check_nothing_lost(output, resume=settings.resume_from_cache, overwrite=settings.overwrite)
-        yield output
+        try:
+            yield output
+        except BaseException:
+            if not settings.resume_from_cache:
+                discard_without_results(output)
+            raise
     finally:
         _release(lock, lock_path(output))
+
+
+def discard_without_results(output: Path) -> None:
+    """Remove what a failed run wrote beside ``output`` when it holds no result: its materialized inputs, its run
+    record and empty result files. Anything beside a result is kept (see the module's docstring for why)."""
+    results = result_files(output)
+    if any(path.is_file() and path.stat().st_size > 0 for path in results):
+        return
+    for path in (materialized_inputs_path(output), manifest_path(output), *results):
+        path.unlink(missing_ok=True)
 
 
 def check_nothing_lost(output: Path, *, resume: bool, overwrite: bool) -> None:

@@ -39,7 +39,15 @@ from tqdm import tqdm
 
 from nemo_gym.config.datasets import AGENT_REF_KEY
 from nemo_gym.failure_kinds import kind_of_class, stage_of_class
-from nemo_gym.jsonl import JsonlWriter, drop_repeated_rows, iter_jsonl, iter_jsonl_lines, repair_tail, write_json_atomic
+from nemo_gym.jsonl import (
+    JsonlWriter,
+    drop_repeated_rows,
+    iter_jsonl,
+    iter_jsonl_lines,
+    keyed_rows,
+    repair_tail,
+    write_json_atomic,
+)
 from nemo_gym.observability.capture import CAPTURE_KEY, OBSERVATIONS_KEY, TRAJECTORY_KEY
 from nemo_gym.rollouts.breaker import Breakers, Server
 from nemo_gym.rollouts.config import DEFAULT_CONCURRENCY, DEFAULT_SERVER_DOWN_DEADLINE_S
@@ -52,7 +60,7 @@ from nemo_gym.rollouts.materialize import (
     resume_refused,
     rollout_key,
 )
-from nemo_gym.rollouts.outputs import aggregate_metrics_path
+from nemo_gym.rollouts.outputs import aggregate_metrics_path, damaged_line_hint
 from nemo_gym.rollouts.outputs import failures_path as failures_path  # re-exported: where callers have found it
 from nemo_gym.rollouts.outputs import manifest_path as manifest_path
 from nemo_gym.rollouts.outputs import recorded_fingerprint as recorded_fingerprint
@@ -73,6 +81,9 @@ from nemo_gym.transport.http_client import ServerTimeoutError, TransportConfig, 
 
 MAX_ATTEMPTS_ENV_VAR = "NEMO_GYM_MAX_ROLLOUT_ATTEMPTS"
 DEFAULT_MAX_ATTEMPTS = 3
+MAX_RESTART_RERUNS = 3
+"""Times one row runs again, uncharged, because a server was restarted under it (``rollouts/breaker.py``); a row
+that fails every time a server has just restarted is charged after that."""
 
 RunSender = Callable[[str, dict[str, Any]], Awaitable[tuple[int, bytes]]]
 """Posts a row to the ``/run`` of the agent it names: ``(agent, row) -> (status, body)``. Transport failures raise
@@ -172,29 +183,34 @@ class RolloutCollector:
         if recorded is not None:
             if recorded != self.materialized.fingerprint:
                 raise resume_refused(output)
-            for path in (output, failures):
-                if repair_tail(path):
-                    tqdm.write(f"note: dropped a partial last line of {path} (a write was interrupted)")
-            if self.options.retry_invalid_judge_responses and (moved := migrate_invalid_judge_main_rows(output)):
-                tqdm.write(f"note: {moved} rollout(s) with an invalid judge response moved to {failures} to run again")
-            if output.exists():
-                state.done, repeated = drop_repeated_rows(output, rollout_key)
-                if repeated:
-                    tqdm.write(
-                        f"note: dropped {repeated} duplicate rollout(s) from {output}: the same task and rollout "
-                        "were written twice (two runs at once); the first of each is kept"
-                    )
-            if failures.exists():
-                for _, row in iter_jsonl(failures):
-                    key = rollout_key(row)
-                    state.attempts[key] += 1
-                    if is_terminal_failure(row, retry_terminal_timeouts=self.options.retry_terminal_timeouts):
-                        state.terminal.add(key)
+            with damaged_line_hint():
+                self._read_back(state)
         else:
             for path in (output, failures, aggregate_metrics_path(output)):
                 path.unlink(missing_ok=True)
             write_json_atomic(manifest, {"fingerprint": self.materialized.fingerprint, "started_at": time.time()})
         return state
+
+    def _read_back(self, state: _ResumeState) -> None:
+        """The earlier results ``--resume`` continues: the rollouts done, and the attempts and terminal failures."""
+        output, failures = self.options.output_path, self.summary.failures_path
+        for path in (output, failures):
+            if repair_tail(path):
+                tqdm.write(f"note: dropped a partial last line of {path} (a write was interrupted)")
+        if self.options.retry_invalid_judge_responses and (moved := migrate_invalid_judge_main_rows(output)):
+            tqdm.write(f"note: {moved} rollout(s) with an invalid judge response moved to {failures} to run again")
+        if output.exists():
+            state.done, repeated = drop_repeated_rows(output, rollout_key)
+            if repeated:
+                tqdm.write(
+                    f"note: dropped {repeated} duplicate rollout(s) from {output}: the same task and rollout "
+                    "were written twice (two runs at once); the first of each is kept"
+                )
+        if failures.exists():
+            for _, _, key, row in keyed_rows(failures, rollout_key):
+                state.attempts[key] += 1
+                if is_terminal_failure(row, retry_terminal_timeouts=self.options.retry_terminal_timeouts):
+                    state.terminal.add(key)
 
     def _pending(self, state: _ResumeState) -> Iterator[_Pending]:
         keep_row = self._send is not None or bool(self.options.capture_dirs)  # the row is needed whole anyway
@@ -257,8 +273,10 @@ class RolloutCollector:
         ):
             self._fail(row, RolloutFailure("unknown_agent", f"agent {agent!r} is not running"))
             return
+        restart_reruns = 0
         while True:
             await self._breakers.wait_until_closed()
+            attempt_started = time.time()
             if front is not None:  # through the environment server in front of the agent, as the row is
                 result = await judge_rollout(
                     _post_run(front[1], front[0], self._transport, data=pending.body, headers=_JSON_BODY)
@@ -271,9 +289,13 @@ class RolloutCollector:
             if not isinstance(result, RolloutFailure):
                 break
             server = self._breakers.server_of(result.server) if result.server else None
-            if server is None or not await self._breakers.is_down(server):
-                self._fail(row, result)
-                return
+            if server is not None and await self._breakers.is_down(server, since=attempt_started):
+                continue
+            if restart_reruns < MAX_RESTART_RERUNS and await self._breakers.restarted_since(attempt_started):
+                restart_reruns += 1  # a server restarted under it (its session went with the old process)
+                continue
+            self._fail(row, result)
+            return
         self._breakers.record_success()
         result[TASK_INDEX_KEY] = row[TASK_INDEX_KEY]
         result[ROLLOUT_INDEX_KEY] = row[ROLLOUT_INDEX_KEY]

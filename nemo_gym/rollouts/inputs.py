@@ -40,8 +40,11 @@ class SplitInput:
     """Rollouts per row that each agent's datasets ask for (their ``num_repeats``); used unless --num-repeats is set."""
 
 
-def prepare_split_input(config: ComposedConfig | DictConfig, split: str, path: Path) -> SplitInput:
-    """Concatenate the agents' datasets of type ``split`` into one file, each row tagged with its agent.
+def prepare_split_input(
+    config: ComposedConfig | DictConfig, split: str, path: Path, agent: str | None = None
+) -> SplitInput:
+    """Concatenate the agents' datasets of type ``split`` into one file, each row tagged with its agent; with
+    ``agent`` (``--agent``), that agent's datasets only.
 
     Benchmark rows are raw tasks, rendered here with their dataset's ``prompt_config``. Rows are written once and the
     datasets' ``num_repeats`` come back per agent, so ``--limit N`` means N tasks; only an agent whose datasets of
@@ -51,9 +54,16 @@ def prepare_split_input(config: ComposedConfig | DictConfig, split: str, path: P
     from nemo_gym.config.roots import find_path
     from nemo_gym.datasets.render import PromptRenderError, PromptTemplate
 
-    selected = [(i.name, d) for i in ComposedConfig.of(config).instances for d in i.datasets or [] if d.type == split]
-    if not selected:
+    declared = [(i.name, d) for i in ComposedConfig.of(config).instances for d in i.datasets or [] if d.type == split]
+    if not declared:
         raise ConfigError(f"no agent in the config declares a dataset of type {split!r}; pass --input PATH instead")
+    selected = [(name, dataset) for name, dataset in declared if agent is None or name == agent]
+    if not selected:
+        others = ", ".join(sorted({name for name, _ in declared}))
+        raise ConfigError(
+            f"--agent {agent} declares no dataset of type {split!r} (agents that do: {others}); pick one of them, "
+            "or pass --input PATH"
+        )
     sources: list[tuple[str, Any, Path, Any]] = []
     problems = []
     for agent, dataset in selected:
@@ -121,7 +131,7 @@ def check_rows(rows: RowsToCheck, checked_params: CheckedParams | None = None) -
         input_path = Path(settings.input_jsonl_fpath).expanduser()
     elif settings.split and rows.config is not None:
         split_input = prepare_split_input(
-            rows.config, settings.split, output.with_name(f"{output.stem}_{settings.split}.jsonl")
+            rows.config, settings.split, output.with_name(f"{output.stem}_{settings.split}.jsonl"), settings.agent_name
         )
         input_path = split_input.path
         if "num_repeats" not in settings.model_fields_set:  # no --num-repeats: the datasets' own num_repeats

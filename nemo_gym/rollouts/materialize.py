@@ -24,6 +24,7 @@ import orjson
 from nemo_gym.config.datasets import AGENT_REF_KEY
 from nemo_gym.errors import ConfigError
 from nemo_gym.jsonl import iter_jsonl
+from nemo_gym.rollouts.outputs import materialized_inputs_path as materialized_inputs_path  # re-exported
 from nemo_gym.row_fields import ATTEMPT_INDEX_KEY as ATTEMPT_INDEX_KEY  # re-exported for the collector
 from nemo_gym.row_fields import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
 
@@ -62,10 +63,6 @@ class Materialized:
     rollouts_per_agent: dict[str, int]
     fingerprint: str
     """Hash of the materialized rows: resume refuses to continue a run whose inputs changed."""
-
-
-def materialized_inputs_path(output_path: Path) -> Path:
-    return output_path.with_name(f"{output_path.stem}_materialized_inputs.jsonl")
 
 
 def resume_refused(output_path: Path) -> ConfigError:

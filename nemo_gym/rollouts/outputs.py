@@ -6,13 +6,22 @@ load nothing of the HTTP machinery that only the rollouts need.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import orjson
 
+from nemo_gym.errors import ConfigError
+from nemo_gym.jsonl import BadLineError
+
 
 def failures_path(output_path: Path) -> Path:
     return output_path.with_name(f"{output_path.stem}_failures.jsonl")
+
+
+def materialized_inputs_path(output_path: Path) -> Path:
+    return output_path.with_name(f"{output_path.stem}_materialized_inputs.jsonl")
 
 
 def manifest_path(output_path: Path) -> Path:
@@ -32,3 +41,15 @@ def recorded_fingerprint(output_path: Path) -> str | None:
         return str(orjson.loads(manifest.read_bytes()).get("fingerprint") or "")
     except (orjson.JSONDecodeError, AttributeError):
         return ""
+
+
+@contextmanager
+def damaged_line_hint() -> Iterator[None]:
+    """Reading an earlier run's results back for ``--resume``: a damaged line is told with what to do about it."""
+    try:
+        yield
+    except BadLineError as e:
+        raise ConfigError(
+            f"cannot resume: {e}. Delete line {e.line} of {e.path.name} (that rollout runs again), or start over "
+            "with --overwrite"
+        ) from e

@@ -23,6 +23,9 @@ _ASSISTANT_DOMAIN = b"nemo-gym/assistant-turns/v1"
 _CONTEXT_DOMAIN = b"nemo-gym/conversation/v1"
 _TEXT_PARTS = {"", "text", "input_text", "output_text"}
 _TOOL_BLOCKS = {"tool_use", "tool_result"}
+_THINKING_BLOCKS = {"thinking", "redacted_thinking"}
+"""Anthropic reasoning replayed inside an assistant turn: left out like Responses reasoning items, since a client may
+replay it or not and a served answer's reasoning is never part of its fingerprint."""
 
 
 class _Hasher:
@@ -80,7 +83,7 @@ def _content_parts(content: Any) -> Iterator[tuple[str, str]]:
         if not isinstance(part, dict):
             raise ValueError(f"content part of type {type(part).__name__} cannot be fingerprinted")
         kind = str(part.get("type") or "")
-        if kind in _TOOL_BLOCKS:
+        if kind in _TOOL_BLOCKS or kind in _THINKING_BLOCKS:
             continue
         if kind in _TEXT_PARTS and isinstance(part.get("text"), str):
             if part["text"]:

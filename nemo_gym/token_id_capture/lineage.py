@@ -250,17 +250,16 @@ def _add_row(rows: list[dict[str, Any]], row: dict[str, Any]) -> bool:
     return True
 
 
-class InMemoryLineageStore:
-    """A resolver (and ledger) for one process: ``put`` indexes a committed entry; memory is bounded by rollouts.
+class LineageIndex:
+    """Per-rollout lineages of one process, the least recently used forgotten past ``max_rollouts``.
 
-    The oldest rollout is forgotten past ``max_rollouts`` (never the one in use), which can only leave a later
-    continuation unresolved. Ledger rows are never evicted.
+    Forgetting a rollout can only leave a later continuation of it unresolved (never wrongly resolved), which is why
+    a plain LRU bound is safe here. The one in use is never the one evicted.
     """
 
     def __init__(self, max_rollouts: int = 512) -> None:
         self._max_rollouts = max_rollouts
         self._lineages: dict[str, RolloutLineage] = {}
-        self._ledgers: dict[str, list[dict[str, Any]]] = {}
 
     def for_rollout(self, rollout_id: str) -> RolloutLineage:
         lineage = self._lineages.pop(rollout_id, None) or RolloutLineage()
@@ -268,6 +267,29 @@ class InMemoryLineageStore:
         while len(self._lineages) > self._max_rollouts:
             self._lineages.pop(next(iter(self._lineages)))
         return lineage
+
+    def drop(self, rollout_id: str) -> None:
+        self._lineages.pop(rollout_id, None)
+
+    def clear(self) -> None:
+        self._lineages.clear()
+
+    def __len__(self) -> int:
+        return len(self._lineages)
+
+
+class InMemoryLineageStore:
+    """A resolver (and ledger) for one process: ``put`` indexes a committed entry into ``index``.
+
+    Ledger rows are never evicted; the index forgets old rollouts (see :class:`LineageIndex`).
+    """
+
+    def __init__(self, max_rollouts: int = 512) -> None:
+        self.index = LineageIndex(max_rollouts)
+        self._ledgers: dict[str, list[dict[str, Any]]] = {}
+
+    def for_rollout(self, rollout_id: str) -> RolloutLineage:
+        return self.index.for_rollout(rollout_id)
 
     async def put(self, entry: TokenEntry) -> None:
         self.for_rollout(entry.rollout_id).add_entry(entry)
@@ -294,7 +316,7 @@ class InMemoryLineageStore:
         return bool(self._ledgers.get(rollout_id)) or bool(self.for_rollout(rollout_id).by_call_id)
 
     async def close(self) -> None:
-        self._lineages.clear()
+        self.index.clear()
         self._ledgers.clear()
 
 

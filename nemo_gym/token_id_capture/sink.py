@@ -72,6 +72,8 @@ class CaptureContext:
     request_items: list[dict[str, Any]] | None = None
     external_commit_coords: dict[str, Any] | None = None
     external_worker_response_seen: bool = False
+    answer_captured: bool = False
+    """``capture_tokens`` already ran on this call's answer (the route's), so no later layer runs it again."""
 
     def _parent(self) -> LineageMatch | None:
         return None if self.parent_resolution is None else self.parent_resolution.match
@@ -217,6 +219,7 @@ async def capture_tokens(response: Any, request_messages: list[Any] | None = Non
     context = _CONTEXT.get()
     if context is None or context.external_staging:
         return
+    context.answer_captured = True
     try:
         payload = _payload(response)
         tokens = None if payload is None else extract_token_fields(payload)

@@ -242,7 +242,7 @@ class AccessMiddleware:
             elif name == b"transfer-encoding":
                 chunked = b"chunked" in value.lower()
         if self._token is not None and not self._authorized(presented, authorization, api_key):
-            await _reply(send, 401, f"missing or wrong {TOKEN_HEADER} header: this server belongs to a run")
+            await _reply(send, 401, self._refusal(presented, authorization, api_key))
             return
         declared = _declared_length(length)
         if scope["method"] in _BODY_METHODS and (chunked or declared != 0) and not _is_json(content_type):
@@ -270,6 +270,23 @@ class AccessMiddleware:
             scheme, _, credential = authorization.partition(b" ")
             return scheme.lower() == b"bearer" and hmac.compare_digest(credential.strip(), self._token)
         return False
+
+    def _refusal(self, presented: bytes | None, authorization: bytes | None, api_key: bytes | None) -> str:
+        """The 401's error, about the credential the caller did send (a wrong Bearer token is not a missing header
+        the caller never heard of); short, as every 401 is."""
+        run = "use the run's token (its token file, or NEMO_GYM_RUN_TOKEN)"
+        if presented is not None:
+            return f"wrong {TOKEN_HEADER} header: {run}"
+        bearer = authorization is not None and authorization.partition(b" ")[0].lower() == b"bearer"
+        if self._bearer is None and (bearer or api_key is not None):
+            sent = "Authorization: Bearer" if bearer else "x-api-key"
+            return f"this server does not take {sent}: send the run's token as the {TOKEN_HEADER} header"
+        if bearer:
+            return f"wrong Authorization: Bearer token: {run}"
+        if api_key is not None:
+            return f"wrong x-api-key: {run}"
+        accepted = f"{TOKEN_HEADER} or Authorization: Bearer" if self._bearer else f"{TOKEN_HEADER} header"
+        return f"missing {accepted}: this server belongs to a run; {run}"
 
     async def _limited(self, scope: _Scope, receive: _Receive, send: _Send, limit: int) -> None:
         """A body of unknown length (chunked): read up to ``limit`` into one buffer, then hand it to the app whole.

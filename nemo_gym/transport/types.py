@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from nemo_gym.errors import TransportError
 
 __all__ = [
+    "STARTED_AT_HEADER",
     "UPSTREAM_FAILURE_HEADER",
     "ServerRequestError",
     "ServerTimeoutError",
@@ -22,6 +23,9 @@ __all__ = [
 ]
 
 
+STARTED_AT_HEADER = "X-NeMo-Gym-Started-At"
+"""On a server's health answer (``GET /``): when its process started (seconds since the epoch). A failure that a
+restart of that server caused is told apart by it: the server answers, but started after the rollout did."""
 UPSTREAM_FAILURE_HEADER = "X-NeMo-Gym-Upstream-Failure"
 """Set on the 502 a server of ours answers when a call it made to another server failed. Such a 502 is that server's
 answer, after it may have done part of the work (an agent's rollout), not a gateway's "nothing was done": the

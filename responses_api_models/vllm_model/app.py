@@ -221,6 +221,10 @@ class VLLMModel(SimpleResponsesAPIModel):
         if template_kwargs:
             payload["chat_template_kwargs"] = template_kwargs
         payload["messages"] = [self._outbound_message(message) for message in payload["messages"]]
+        for tool in payload.get("tools") or []:
+            # OpenAI's schema-enforcement flag: vLLM does not enforce it, and chat templates that render every
+            # function key would put it in the prompt, so it never reaches the engine.
+            (tool.get("function") or {}).pop("strict", None)
         if self._with_token_ids():
             payload.update(logprobs=True, top_logprobs=0, return_tokens_as_token_ids=True)
             if self.config.request_prompt_and_generation_token_ids:

@@ -164,13 +164,52 @@ def test_server_not_ready_in_time(server_root: Path) -> None:
     assert "echo_b starting" in str(info.value)
 
 
-def test_server_dying_later_is_reported(server_root: Path) -> None:
+def test_server_dying_later_is_reported_when_supervision_is_off(server_root: Path) -> None:
     config = two_servers(server_root)
-    with running_servers(base_overrides(server_root, config)) as run:
+    overrides = [*base_overrides(server_root, config), "+server_supervision={enabled: false}"]
+    with running_servers(overrides) as run:
         victim = next(s for s in run.servers if s.name == "echo_a")
         assert victim.popen is not None
         os.kill(victim.popen.pid, signal.SIGKILL)
         with pytest.raises(ServerLaunchError, match=r"server 'echo_a' .*was killed by SIGKILL unexpectedly"):
+            run.wait(poll_s=0.1)
+
+
+def test_a_killed_server_is_reaped_and_restarted_on_its_own_address(
+    server_root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = two_servers(server_root)
+    overrides = [*base_overrides(server_root, config), "+server_supervision={backoff_s: 0.1}"]
+    with running_servers(overrides) as run:
+        victim = next(s for s in run.servers if s.name == "echo_a")
+        assert victim.popen is not None
+        old_pid, url = victim.popen.pid, victim.url
+        os.kill(old_pid, signal.SIGKILL)
+        deadline = time.monotonic() + 120
+        while not (victim.ready and victim.popen.pid != old_pid):
+            assert time.monotonic() < deadline, "not restarted"
+            time.sleep(0.1)
+        assert victim.url == url
+        with pytest.raises(psutil.NoSuchProcess):
+            psutil.Process(old_pid)  # reaped at once: not even a zombie
+        listed = {s["name"]: s for s in run.server_instances()}
+        assert listed["echo_a"]["pid"] == victim.popen.pid and listed["echo_a"]["url"] == url
+        with urllib.request.urlopen(urllib.request.Request(f"{url}/", headers=run_headers(url))) as answer:
+            assert answer.status == 200
+    err = capsys.readouterr().err
+    assert "server 'echo_a' (resources_servers/echo) was killed by SIGKILL; restarting it on " + url in err
+    assert "server 'echo_a' (resources_servers/echo) is back on " + url in err
+
+
+def test_a_server_that_keeps_dying_is_given_up_on_and_wait_raises(server_root: Path) -> None:
+    config = two_servers(server_root)
+    overrides = [*base_overrides(server_root, config), "+server_supervision={max_restarts: 0}"]
+    # The launch runs in this (the main) thread, so the failure interrupts it wherever it is, as it does a collection.
+    with pytest.raises(ServerLaunchError, match=r"server 'echo_a' .*was killed by SIGKILL; given up on after 0"):
+        with running_servers(overrides) as run:
+            victim = next(s for s in run.servers if s.name == "echo_a")
+            assert victim.popen is not None
+            os.kill(victim.popen.pid, signal.SIGKILL)
             run.wait(poll_s=0.1)
 
 
@@ -190,12 +229,12 @@ def test_head_port_taken_is_one_clear_error(server_root: Path) -> None:
 
 def test_missing_implementation_or_entrypoint(server_root: Path) -> None:
     config = write(server_root / "config.yaml", server_block("ghost", "no_such_impl"))
-    with pytest.raises(ConfigError, match=r"server 'ghost': implementation directory resources_servers/no_such_impl"):
+    with pytest.raises(ConfigError, match=r"ghost\.resources_servers\.no_such_impl: implementation directory"):
         with running_servers(base_overrides(server_root, config)):
             pass
     write(server_root / "resources_servers" / "empty" / "README.md", "")
     config = write(server_root / "config.yaml", server_block("hollow", "empty"))
-    with pytest.raises(ConfigError, match=r"server 'hollow': entrypoint 'app.py' not found"):
+    with pytest.raises(ConfigError, match=r"hollow\.resources_servers\.empty\.entrypoint: 'app.py' not found"):
         with running_servers(base_overrides(server_root, config)):
             pass
 

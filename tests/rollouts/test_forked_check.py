@@ -157,7 +157,7 @@ def test_the_same_rows_file_and_counts_as_prepare_inputs(tmp_path: Path, mode: s
 
 def test_a_bad_row_is_the_same_error_as_prepare_inputs(tmp_path: Path) -> None:
     report = run_case(tmp_path, "fork", [*GOOD, '{"responses_create_params": {"input": 3}}', "not json"])
-    assert report["forked"].startswith("ConfigError: ") and report["forks"] == 1
+    assert report["forked"].startswith("BadLineError: ") and report["forks"] == 1  # a ConfigError naming the line
     assert report["forked"] == report["inline"]
     assert report["forked_leftovers"] == [] and report["children"] == "none"
 

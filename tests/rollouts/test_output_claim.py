@@ -16,6 +16,7 @@ import pytest
 
 import nemo_gym.launcher
 from nemo_gym.cli.main import main
+from nemo_gym.errors import ConfigError
 from nemo_gym.jsonl import drop_repeated_rows
 from nemo_gym.rollouts.claim import OutputInUseError, claim_output, lock_path
 from nemo_gym.rollouts.config import RolloutCollectionConfig
@@ -146,6 +147,33 @@ def test_a_run_that_only_failed_is_kept_too(workdir, extra_root, servers_never_s
     assert capsys.readouterr().err.startswith(f"error: {failures} already holds results of an earlier run")
 
 
+@pytest.fixture
+def servers_fail_to_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    def fail(*args: object, **kwargs: object) -> None:
+        raise ConfigError("server 'policy_model' failed to start")
+
+    monkeypatch.setattr(nemo_gym.launcher, "running_servers", fail)
+
+
+def test_a_run_that_fails_before_any_result_leaves_no_materialized_inputs_behind(
+    workdir, extra_root, servers_fail_to_start, capsys
+) -> None:
+    assert main(eval_run(workdir / "x.jsonl")) == 1
+    assert capsys.readouterr().err.strip().endswith("\nerror: server 'policy_model' failed to start")
+    assert sorted(path.name for path in workdir.iterdir()) == ["data.jsonl"]  # no x_materialized_inputs.jsonl
+
+
+def test_a_failed_resume_keeps_the_materialized_inputs_beside_earlier_results(
+    workdir, extra_root, servers_fail_to_start, capsys
+) -> None:
+    output = write(workdir / "x.jsonl", row(0, 0, 1.0))
+    write(workdir / "x_run.json", '{"fingerprint": "of another input"}')
+    inputs = write(workdir / "x_materialized_inputs.jsonl", row(0, 0, 0.0))
+    assert main(eval_run(output, "--resume")) == 1
+    assert capsys.readouterr().err.startswith(f"error: cannot resume {output}: the materialized inputs differ")
+    assert inputs.read_text() == row(0, 0, 0.0) and (workdir / "x_run.json").exists()
+
+
 # -- real runs --------------------------------------------------------------------------------------------------------
 
 
@@ -235,3 +263,28 @@ def test_resume_repairs_planted_duplicates_and_a_torn_line_and_counts_each_rollo
     assert metrics["agent_metrics"]["num_rollouts"] == 40
     expected = sum(reward_of(t) for t in range(20)) / 20
     assert metrics["agent_metrics"]["mean/reward"] == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("file", "damage", "reason"),
+    [
+        ("rollouts.jsonl", '{"reward": 1.0, "_ng_task_', "not valid JSON ("),
+        ("rollouts_failures.jsonl", '{"reward": 1.0}', "not a row of this kind (KeyError: '_ng_task_index')"),
+    ],
+)
+def test_a_damaged_line_in_the_results_stops_resume_naming_file_line_and_fix(
+    workdir: Path, file: str, damage: str, reason: str
+) -> None:
+    data = write_dataset(workdir / "data.jsonl", 3)
+    code, log = finish(_gym_eval_run(workdir, data))
+    assert code == 0, log
+    damaged = workdir / "out" / file
+    lines = damaged.read_text().splitlines(keepends=True) if damaged.exists() else []
+    damaged.write_text("".join([*lines[:1], damage + "\n", *lines[1:]]))  # a whole line, not a torn last write
+    number = min(2, len(lines) + 1)  # the run had no failures: the damaged line is the file's first
+
+    code, log = finish(_gym_eval_run(workdir, data, "--resume"))
+    assert code == 1 and "Traceback" not in log, log
+    (error,) = [line for line in log.splitlines() if line.startswith("error: ")]
+    assert error.startswith(f"error: cannot resume: {damaged}:{number}: {reason}")
+    assert error.endswith(f"Delete line {number} of {file} (that rollout runs again), or start over with --overwrite")

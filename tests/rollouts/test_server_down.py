@@ -42,10 +42,20 @@ class Run:
             "--agent", "rollout_test_agent", "--output", str(workdir / "out" / "rollouts.jsonl"), "+shared_venv=true",
             "+head_server={port: 0}", f"+results_dir={workdir / 'results'}", f"+cache_dir={workdir / 'cache'}", *extra,
         ]  # fmt: skip
-        self.process = subprocess.Popen(
+        self._follow(subprocess.Popen(
             args, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             preexec_fn=preexec,
-        )  # fmt: skip
+        ))  # fmt: skip
+
+    @classmethod
+    def reading(cls, process: subprocess.Popen) -> Run:
+        """The output lines of another process (text mode, stderr merged into stdout), as they come."""
+        run = cls.__new__(cls)
+        run._follow(process)
+        return run
+
+    def _follow(self, process: subprocess.Popen) -> None:
+        self.process = process
         self.lines: list[str] = []
         self._new_line = threading.Condition()
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -91,7 +101,8 @@ def kill_model_mid_run(workdir: Path, *extra: str) -> tuple[Run, float, Callable
     data = write_dataset(workdir / "data.jsonl", ROWS)
     release = workdir / "release"
     held = (f"{ENV}.hold_verifies_after=1000", f"{ENV}.release_file={release}")
-    run = Run(workdir, data, "--concurrency", "64", *held, *extra)
+    # Restarted by the test (a server some other supervisor restarts), not by the launcher's (test_supervision.py).
+    run = Run(workdir, data, "--concurrency", "64", *held, "+server_supervision={enabled: false}", *extra)
     output = workdir / "out" / "rollouts.jsonl"
     wait_for_lines(1000, output, running=run.process)
     start_again = kill_for_restart(child_serving(run.process.pid, "policy_model"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import stat
 from collections.abc import Iterator
@@ -72,6 +73,26 @@ def test_x_api_key_counts_only_where_bearer_is_accepted() -> None:
     assert call(api_key, [b"{}"])[0] == 401
     assert call(api_key, [b"{}"], accept_bearer=True)[0] == 200
     assert call({**api_key, "x-api-key": TOKEN[:-1]}, [b"{}"], accept_bearer=True)[0] == 401
+
+
+def _error(headers: dict[str, str], accept_bearer: bool = False) -> str:
+    status, body = call({"content-type": "application/json", **headers}, [b"{}"], accept_bearer=accept_bearer)
+    assert status == 401
+    return str(json.loads(body)["error"])
+
+
+def test_the_401_is_about_the_credential_the_caller_sent() -> None:
+    wrong_bearer = _error({"authorization": "Bearer sk-other"}, accept_bearer=True)
+    assert wrong_bearer.startswith("wrong Authorization: Bearer token: ") and access.TOKEN_HEADER not in wrong_bearer
+    assert _error({"x-api-key": "sk-other"}, accept_bearer=True).startswith("wrong x-api-key: ")
+    elsewhere = _error({"authorization": f"Bearer {TOKEN}"})  # an agent or resources server takes only our header
+    assert elsewhere == (
+        f"this server does not take Authorization: Bearer: send the run's token as the {access.TOKEN_HEADER} header"
+    )
+    assert _error({access.TOKEN_HEADER: "x"}, accept_bearer=True).startswith(f"wrong {access.TOKEN_HEADER} header: ")
+    assert _error({}).startswith(f"missing {access.TOKEN_HEADER} header: ")
+    assert _error({}, accept_bearer=True).startswith(f"missing {access.TOKEN_HEADER} or Authorization: Bearer: ")
+    assert all("token file" in _error(h) for h in ({}, {"authorization": "Basic x"}, {access.TOKEN_HEADER: "x"}))
 
 
 @pytest.mark.parametrize(

@@ -7,13 +7,16 @@ import json
 import resource
 import subprocess
 import sys
+import time
 
 import pytest
+from aiohttp import web
 
 from nemo_gym.rollouts.breaker import Breakers, Server, ServersDownError
 from nemo_gym.rollouts.collector import RolloutFailure, judge_rollout
 from nemo_gym.rollouts.fd_limit import RESERVE_FDS, fds_needed
-from nemo_gym.transport.types import ServerRequestError, ServerTimeoutError
+from nemo_gym.transport import access
+from nemo_gym.transport.types import STARTED_AT_HEADER, ServerRequestError, ServerTimeoutError
 
 MODEL = Server("policy_model", "responses_api_models", "http://127.0.0.1:8001")
 AGENT = Server("my_agent", "responses_api_agents", "http://127.0.0.1:8002")
@@ -212,10 +215,9 @@ def _check_under(soft: int, hard: int, concurrency: int) -> subprocess.Completed
     )
 
 
-def test_the_estimate_is_two_sockets_per_rollout_in_the_agent_capped_by_the_pool_per_host() -> None:
+def test_the_estimate_is_three_sockets_per_rollout_in_the_agent() -> None:
     assert fds_needed(100, serving=False) == 100 + RESERVE_FDS
-    assert fds_needed(100, serving=True) == 200 + RESERVE_FDS
-    assert fds_needed(1_000_000, serving=True) == fds_needed(1024, serving=True)
+    assert fds_needed(100, serving=True) == 300 + RESERVE_FDS
 
 
 def test_a_soft_limit_below_the_need_is_raised_when_the_hard_limit_allows() -> None:
@@ -248,3 +250,43 @@ def test_a_probe_that_fails_unexpectedly_counts_as_no_answer_and_never_ends_the_
         await board.aclose()
 
     asyncio.run(scenario())
+
+
+# -- a server restarted under a rollout -------------------------------------------------------------------------------
+
+
+async def _health_server(started_at: float, token: str) -> tuple[web.AppRunner, Server]:
+    """A server whose health answer says when it started, to callers with the run's token only."""
+
+    async def health(request: web.Request) -> web.Response:
+        if request.headers.get(access.TOKEN_HEADER) != token:
+            return web.Response(status=401)
+        return web.json_response({"status": "ok"}, headers={STARTED_AT_HEADER: repr(started_at)})
+
+    app = web.Application()
+    app.router.add_get("/", health)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    return runner, Server("policy_model", "responses_api_models", f"http://127.0.0.1:{port}")
+
+
+@pytest.mark.parametrize("restarted", [True, False])
+async def test_a_server_that_started_after_the_rollout_was_restarted_under_it_and_the_failure_is_not_charged(
+    restarted: bool,
+) -> None:
+    rollout_began = time.time()
+    runner, server = await _health_server(rollout_began + (1.0 if restarted else -1.0), token="t0ken")
+    access.register("t0ken", [server.url])
+    lines: list[str] = []
+    board = Breakers([server], 60.0, probe_interval_s=0, say=lines.append)
+    try:
+        assert await board.is_down(server, since=rollout_began) is restarted
+        assert (await board.restarted_since(rollout_began) is server) is restarted
+        assert not lines, "an answering server is never told as down"
+    finally:
+        access.forget([server.url])
+        await board.aclose()
+        await runner.cleanup()

@@ -49,6 +49,8 @@ def tree(workdir: Path) -> Path:
     write(workdir / "resources_servers" / "weather_impl" / "app.py", "")
     write(workdir / "responses_api_models" / "fake_model" / "configs" / "fake_model.yaml", MODEL)
     write(workdir / "responses_api_agents" / "simple_agent" / "configs" / "simple_agent.yaml", "")
+    for folder in ("responses_api_models/fake_model", "responses_api_agents/simple_agent"):
+        write(workdir / folder / "app.py", "")  # validate, like a run, wants each server's entrypoint
     write(workdir / "environments" / "weather_env" / "config.yaml", RESOURCES)
     return workdir
 
@@ -151,6 +153,22 @@ def test_unknown_command_and_flag_get_did_you_mean(tree, capsys):
     with pytest.raises(SystemExit):
         main(["lsit", "environments"])
     assert "Did you mean: list?" in capsys.readouterr().err
+
+
+def test_a_bare_path_is_one_usage_line_naming_its_flag_not_parser_jargon(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["eval", "profile", "results/run.jsonl"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.strip() == (
+        "error: gym eval profile: unexpected argument 'results/run.jsonl': a path goes after its flag, e.g. "
+        "gym eval profile --rollouts results/run.jsonl. See `gym eval profile --help`."
+    )
+    with pytest.raises(SystemExit):
+        main(["env", "status", "weather"])
+    assert capsys.readouterr().err.strip() == (
+        "error: gym env status: unexpected argument 'weather': this command takes flags and key=value overrides. "
+        "See `gym env status --help`."
+    )
 
 
 def test_version_json(capsys):

@@ -277,6 +277,19 @@ def test_a_chat_request_dumps_to_what_nemo_gyms_model_and_typeddicts_dump_to() -
     assert not {"verbosity", "prompt_cache_key", "safety_identifier"} & dumped.keys()
     assert params.model_dump(exclude_unset=True) == {"messages": dumped["messages"]}  # the body to send is unchanged
     assert not {"thinking", "output_config"} & dumped.keys()  # Anthropic's reasoning settings too, while unset
+    assert not {"moderation", "prompt_cache_retention"} & dumped.keys()
+
+
+def test_a_chat_request_takes_the_sdks_moderation_and_cache_retention_settings() -> None:
+    """Newer SDK fields a NeMo Gym 0.7 client sends: kept as given, and a bad value is still refused."""
+    body = {"messages": [{"role": "user", "content": "q"}], "moderation": {"model": "omni-moderation-latest"}}
+    params = NeMoGymChatCompletionCreateParamsNonStreaming.model_validate(body | {"prompt_cache_retention": "24h"})
+    sent = params.model_dump(exclude_unset=True)
+    assert sent["moderation"] == {"model": "omni-moderation-latest"} and sent["prompt_cache_retention"] == "24h"
+    with pytest.raises(ValueError, match="prompt_cache_retention"):
+        NeMoGymChatCompletionCreateParamsNonStreaming.model_validate(body | {"prompt_cache_retention": "1y"})
+    with pytest.raises(ValueError, match="moderation"):
+        NeMoGymChatCompletionCreateParamsNonStreaming.model_validate(body | {"moderation": {"modle": "x"}})
 
 
 def test_a_chat_request_carries_anthropic_reasoning_settings_to_the_model_server() -> None:

@@ -141,6 +141,26 @@ async def test_run_examples_posts_through_the_overridden_client(tmp_path: Path) 
     assert results["crash"][NG_FAILURE_CLASS_KEY] == "agent_error"
 
 
+async def test_the_default_client_comes_from_the_faces_setup_server_client_utils(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """NeMo Gym's tests hand the helper a client by patching ``setup_server_client_utils`` on this module: the helper
+    must look the name up when it needs a client (once, then keep it), not bind it at import."""
+    agent = _InProcessAgent()
+    heads: list[BaseServerConfig | None] = []
+
+    def fake_setup(head_server_config: BaseServerConfig | None = None) -> Any:
+        heads.append(head_server_config)
+        return agent
+
+    monkeypatch.setattr(nemo_gym.rollout_collection, "setup_server_client_utils", fake_setup)
+    helper = RolloutCollectionHelper()
+    rows = [{"agent_ref": {"name": "agent"}, "responses_create_params": {"input": "ok"}}]
+    results = [r async for _, r in helper.run_examples(rows)]
+    assert results[0]["reward"] == 1.0 and agent.calls[0][:2] == ("agent", "/run")
+    assert helper.setup_server_client() is agent and heads == [None]
+
+
 async def test_run_examples_reads_as_nemo_rl_reads_it_awaitables_in_completion_order() -> None:
     """NeMo RL: ``for task in helper.run_examples(examples=..., head_server_config=...): row, result = await task``."""
     agent = _InProcessAgent()

@@ -63,6 +63,7 @@ LAYERS: dict[str, int] = {
     "server_utils": 5,
     "base_resources_server": 5,
     "base_responses_api_model": 5,
+    "served_answers": 5,
     "base_responses_api_agent": 5,
     "base_gymnasium_server": 5,
     "base_environment_server": 5,

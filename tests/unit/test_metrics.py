@@ -77,3 +77,30 @@ def test_the_aggregate_is_what_validating_it_gives():
     validated = AggregateMetrics.model_validate(built.model_dump())
     assert built == validated and built.model_fields_set == validated.model_fields_set
     assert built.model_dump_json() == validated.model_dump_json()
+
+
+def test_failed_repeats_keep_pass_at_k_over_the_tasks_that_have_k_and_say_how_many_are_left_out():
+    """4 repeats per task; task 1 lost one to a failure, task 2 three (failures are never scored)."""
+    scored = {0: {0: 1.0, 1: 0.0, 2: 0.0, 3: 1.0}, 1: {0: 1.0, 1: 1.0, 2: 0.0}, 2: {3: 0.0}}
+    rows = [
+        {"_ng_task_index": task, "_ng_rollout_index": repeat, "reward": reward, "answer": str(reward)}
+        for task, repeats in scored.items()
+        for repeat, reward in repeats.items()
+    ]
+    metrics = aggregate_verify_responses(rows, answer_key="answer").agent_metrics
+    assert metrics["pass@1"] == pytest.approx((2 / 4 + 2 / 3 + 0) / 3)
+    assert metrics["pass@2"] == pytest.approx((pass_at_k(4, 2, 2) + pass_at_k(3, 2, 2)) / 2)  # tasks 0 and 1
+    assert metrics["pass@2/tasks_left_out"] == 1
+    assert metrics["pass@4"] == 1.0 and metrics["pass@4/tasks_left_out"] == 2  # task 0 only
+    assert "pass@1/tasks_left_out" not in metrics
+    assert metrics["pass@1[avg-of-4]"] == pytest.approx((2 / 4 + 2 / 3 + 0) / 3)  # N stays the run's repeats
+    assert not [key for key in metrics if key.startswith("pass@1[avg-of-") and key != "pass@1[avg-of-4]"]
+    assert set(key for key in metrics if key.startswith("majority@")) == {"majority@1", "majority@2", "majority@4"}
+    assert metrics["majority@4"] == 1.0  # task 0: a tie between "1.0" and "0.0", the first seen wins
+
+
+def test_without_failures_there_is_nothing_left_out():
+    rows = [{"_ng_task_index": t, "_ng_rollout_index": r, "reward": float(r == 0)} for t in range(2) for r in range(2)]
+    metrics = aggregate_verify_responses(rows).agent_metrics
+    assert metrics["pass@2"] == 1.0 and metrics["pass@1[avg-of-2]"] == 0.5
+    assert not [key for key in metrics if "left_out" in key]

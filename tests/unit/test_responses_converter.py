@@ -109,7 +109,8 @@ def test_request_parameters_are_mapped() -> None:
     }
 
 
-def test_tools_are_reshaped_and_strict_is_dropped() -> None:
+def test_tools_are_reshaped_and_strict_is_kept_for_hosted_providers() -> None:
+    # As in NeMo Gym 0.7: a hosted provider enforces `strict`; the vLLM model server drops it at its engine boundary.
     chat = to_chat({"input": "hi", "tools": [WEATHER_TOOL], "tool_choice": "required", "parallel_tool_calls": False})
     assert chat["tools"] == [
         {
@@ -118,6 +119,7 @@ def test_tools_are_reshaped_and_strict_is_dropped() -> None:
                 "name": "get_weather",
                 "description": "Weather by city",
                 "parameters": WEATHER_TOOL["parameters"],
+                "strict": True,
             },
         }
     ]

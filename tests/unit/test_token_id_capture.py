@@ -569,7 +569,10 @@ async def test_evaluation_and_training_capture_share_the_call_id(engine, tmp_pat
     assert record.model_call_id == saved.model_call_id and saved.response_id == "chatcmpl-1"
 
 
-async def test_external_staging_through_the_model_server_leaves_a_verifiable_ledger(engine, tmp_path) -> None:
+async def test_external_staging_through_the_model_server_leaves_a_verifiable_ledger(
+    engine, tmp_path, monkeypatch
+) -> None:
+    monkeypatch.setenv("NEMO_GYM_TOKEN_CAPTURE_CONTROL_TOKEN", "framework-secret")
     block = {
         "enabled": True,
         "external_staging": True,
@@ -587,6 +590,15 @@ async def test_external_staging_through_the_model_server_leaves_a_verifiable_led
         follow_up = [USER, *first.json()["output"], {"role": "user", "content": "again"}]
         second = await client.post(f"{prefix}/v1/responses", json={"input": follow_up})
         assert second.status_code == 200, second.text
+        control = "/training-token-capture/control/rollouts/r5/manifest"
+        assert (await client.get(control)).status_code == 401
+        wrong = await client.get(control, headers={"Authorization": "Bearer guessed"})
+        assert wrong.status_code == 401
+        served_manifest = await client.get(control, headers={"Authorization": "Bearer framework-secret"})
+        assert [row["response_id"] for row in served_manifest.json()["records"]] == [
+            first.json()["id"],
+            second.json()["id"],
+        ]
     await close_session()
 
     manifest = RolloutManifest.model_validate(await FileLineageStore(tmp_path).manifest("r5"))

@@ -236,12 +236,18 @@ IN_REPO_CONFIGS = sorted(
 )  # fmt: skip
 
 
+POLICY_KEYS = ["+policy_base_url=http://127.0.0.1:9/v1", "+policy_api_key=k", "+policy_model_name=m"]
+
+
 @pytest.mark.parametrize("config", IN_REPO_CONFIGS)
 def test_every_config_in_the_repository_still_validates(
     config: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A model config that reads the policy keys (``${policy_base_url}``, ...) is given them, as env.yaml would: a run
+    of it without them is refused, and so is its validation."""
     monkeypatch.chdir(INSTALL_DIR)
-    code, _, err = run(capsys, "env", "validate", "--config", config)
+    policy = POLICY_KEYS if "${policy_" in (INSTALL_DIR / config).read_text() else []
+    code, _, err = run(capsys, "env", "validate", "--config", config, *policy)
     assert code == 0, err
 
 

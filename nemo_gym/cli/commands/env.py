@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from nemo_gym.cli.command import Command, Invocation
-from nemo_gym.cli.flags import CONFIG_FLAGS, MODEL_FLAGS
+from nemo_gym.cli.flags import CONFIG_FLAGS, MODEL_FLAGS, RAY_FLAG
 from nemo_gym.cli.output import console, print_warning
 
 
@@ -22,15 +22,17 @@ def resolve(invocation: Invocation) -> int:
 
 
 def validate(invocation: Invocation) -> int:
-    """Compose and validate the config without starting anything (a dummy policy model stands in if none is set)."""
-    from nemo_gym.config.servers import find_server_instances
-    from nemo_gym.config.tree import plain_dict
-    from nemo_gym.global_config import parse_global_config_dict
+    """Run every check ``gym eval run`` and ``gym env start`` make before starting anything, through the same
+    function (``launcher/preflight.py``), so validate cannot pass a config they refuse; start nothing."""
+    from nemo_gym.config import ports
+    from nemo_gym.launcher.preflight import compose_to_start
 
-    config = parse_global_config_dict(invocation.overrides, dummy_model=True)
-    instances, _ = find_server_instances(plain_dict(config))
-    console.print(f"Config is valid: {len(instances)} server instance(s).")
-    for instance in instances:
+    try:
+        composed = compose_to_start(invocation.overrides)
+    finally:
+        ports.release_all()  # the ports it bound only to show they are free
+    console.print(f"Config is valid: {len(composed.instances)} server instance(s).")
+    for instance in composed.instances:
         console.print(f"  {instance.name:<32} {instance.SERVER_TYPE}/{instance.implementation}")
     return 0
 
@@ -62,9 +64,9 @@ COMMANDS = (
     Command(
         "env",
         "validate",
-        "check that a config composes and validates",
+        "run every check `gym eval run` makes before it starts servers, and start nothing",
         validate,
-        CONFIG_FLAGS + MODEL_FLAGS,
+        CONFIG_FLAGS + MODEL_FLAGS + (RAY_FLAG,),
         examples=("example: gym env validate --environment my_env",),
     ),
     Command(

@@ -35,7 +35,8 @@ RUN_FLAGS = (
     Flag(("--agent", "-a"), "agent instance for rows without agent_ref", field="agent_name", metavar="NAME"),
     Flag(("--input", "-i"), "JSONL rows to run", field="input_jsonl_fpath", metavar="PATH"),
     Flag(("--output", "-o"), "JSONL file for scored rollouts", field="output_jsonl_fpath", metavar="PATH"),
-    Flag(("--split",), "without --input: run the agents' datasets of this type", field="split",
+    Flag(("--split",), "without --input: run the agents' datasets of this type (with --agent: its own only)",
+         field="split",
          metavar="train|validation|example|benchmark"),
     Flag(("--limit",), "only the first N rows", field="limit", metavar="N", value_type=int, minimum=1),
     Flag(("--num-repeats",), "rollouts per row", field="num_repeats", metavar="N", value_type=int, minimum=1),
@@ -95,17 +96,15 @@ def _collect_from_running_servers(invocation: Invocation) -> int:
 
 
 def _start_servers_and_collect(invocation: Invocation) -> int:
-    from nemo_gym.config.compose import ComposeOptions, compose
     from nemo_gym.jsonl import check_writable_output
     from nemo_gym.launcher import running_servers
+    from nemo_gym.launcher.preflight import compose_to_start
     from nemo_gym.rollouts.claim import claim_output
     from nemo_gym.rollouts.config import RolloutCollectionConfig
     from nemo_gym.rollouts.fd_limit import check_open_file_limit
     from nemo_gym.rollouts.run import prepare_inputs, run_collection
 
-    composed = compose(
-        ComposeOptions(overrides=invocation.overrides, reserve_ports=True, require_server_instances=True)
-    )
+    composed = compose_to_start(invocation.overrides)  # the checks of `gym env validate`, the same lines
     settings = invocation.settings(RolloutCollectionConfig, composed.config)
     check_writable_output(settings.output_jsonl_fpath)
     check_open_file_limit(settings.num_samples_in_parallel, serving=True)  # the servers inherit the limit

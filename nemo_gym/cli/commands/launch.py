@@ -16,13 +16,11 @@ from nemo_gym.cli.output import console, print_error
 def start(invocation: Invocation) -> int:
     """Start every server of the config, print where they listen, and run until Ctrl-C / SIGTERM."""
     # imported here: fastapi/uvicorn would slow every `gym` call
-    from nemo_gym.config.compose import ComposeOptions, compose
+    from nemo_gym.launcher.preflight import compose_to_start
     from nemo_gym.launcher.runner import new_launcher
     from nemo_gym.launcher.signals import sigterm_as_interrupt
 
-    composed = compose(
-        ComposeOptions(overrides=invocation.overrides, reserve_ports=True, require_server_instances=True)
-    )
+    composed = compose_to_start(invocation.overrides)  # the checks of `gym env validate`
     launcher = new_launcher(composed, echo=True)
     with sigterm_as_interrupt():
         try:

@@ -15,14 +15,16 @@ import struct
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-STAGING_SCHEMA_VERSION: Final = 1
-STAGING_DIGEST_VERSION: Final = 1
+STAGING_SCHEMA_VERSION: Final = 2
+STAGING_DIGEST_VERSION: Final = 2
 EXTRAS_DIGEST_VERSION: Final = 1
 
-_CALL_DOMAIN = b"nemo-gym/staged-call/v1"
-_EXTRAS_DOMAIN = b"nemo-gym/staged-extras/v1"
-_PREFIX_DOMAIN = b"nemo-gym/staged-prefix/v1"
-_CHAIN_DOMAIN = b"nemo-gym/staged-chain/v1"
+# The byte layout is NeMo Gym 0.7's staging format (schema and digest version 2), so records staged by either
+# implementation's inference worker verify on the other's trainer; changing a byte here is a new version.
+_CALL_DOMAIN = b"nemo-gym-staging-call-v2"
+_EXTRAS_DOMAIN = b"nemo-gym-staging-extras-v1"
+_PREFIX_DOMAIN = b"nemo-gym-staging-prefix-v2"
+_CHAIN_DOMAIN = b"nemo-gym-staging-chain-v1"
 _U64_MAX = 2**64 - 1
 
 
@@ -83,26 +85,26 @@ def _extra(value: Any) -> bytes:
     """One extras value, tagged by its exact type."""
     kind = type(value)
     if value is None:
-        return b"n"
+        return b"N"
     if kind is bool:
-        return b"t" if value else b"f"
+        return b"B" + (b"\x01" if value else b"\x00")
     if kind is int:
         if not -(2**63) <= value < 2**63:
             raise ValueError(f"extras integer {value} is outside the signed 64-bit range")
-        return b"i" + struct.pack(">q", value)
+        return b"I" + struct.pack(">q", value)
     if kind is float:
         if not math.isfinite(value):
             raise ValueError(f"extras float {value!r} is not finite")
-        return b"d" + struct.pack(">d", value)
+        return b"F" + struct.pack(">d", value)
     if kind is str:
-        return b"s" + _text(value)
+        return b"S" + _text(value)
     if kind is list:
-        return b"l" + _u64(len(value), "extras list length") + b"".join(map(_extra, value))
+        return b"L" + _u64(len(value), "extras list length") + b"".join(map(_extra, value))
     if kind is dict:
         if any(type(key) is not str for key in value):
             raise TypeError("extras mappings need string keys")
         keys = sorted(value, key=lambda key: key.encode("utf-8"))
-        return b"m" + _u64(len(keys), "extras mapping size") + b"".join(_text(key) + _extra(value[key]) for key in keys)
+        return b"D" + _u64(len(keys), "extras mapping size") + b"".join(_text(key) + _extra(value[key]) for key in keys)
     raise TypeError(f"extras cannot hold a {kind.__name__}")
 
 
@@ -178,8 +180,8 @@ def compute_staging_digest(
         _blob(_float32s(token_mask_delta, "token_mask_delta")),
         _blob(_float32s(generation_log_probs_delta, "generation_log_probs_delta")),
         _hex_digest(extras_digest, "extras_digest"),
-        _hex_digest(chain_hash, "chain_hash"),
-        _hex_digest(cumulative_hash, "cumulative_hash"),
+        b"\x01" + _hex_digest(chain_hash, "chain_hash"),  # always present; the byte is part of the v2 layout
+        b"\x01" + _hex_digest(cumulative_hash, "cumulative_hash"),
     ]
     return hashlib.sha256(_CALL_DOMAIN + b"".join(fields)).hexdigest()
 

@@ -92,11 +92,11 @@ def _check_lineage(parent_call_id: str | None, mode: str, prev_len: int, what: s
 class _Wire(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    schema_version: Literal[1] = STAGING_SCHEMA_VERSION
+    schema_version: Literal[2] = STAGING_SCHEMA_VERSION
 
 
 class _Digested(_Wire):
-    digest_version: Literal[1] = STAGING_DIGEST_VERSION
+    digest_version: Literal[2] = STAGING_DIGEST_VERSION
     extras_digest_version: Literal[1] = EXTRAS_DIGEST_VERSION
 
 

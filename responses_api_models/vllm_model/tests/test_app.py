@@ -133,6 +133,14 @@ async def test_request_fields_win_over_extra_body(upstream, connect):
     assert (sent["temperature"], sent["top_k"]) == (0.3, 5)
 
 
+async def test_the_hosted_only_strict_flag_never_reaches_the_engine(upstream, connect):
+    tool = {"type": "function", "name": "f", "parameters": {"type": "object", "properties": {}}, "strict": True}
+    answer = await connect(make_server(upstream.url)).post("/v1/responses", json={"input": "hi", "tools": [tool]})
+    assert answer.status_code == 200, answer.text
+    [sent] = upstream.bodies(CHAT)
+    assert sent["tools"] == [{"type": "function", "function": {"name": "f", "parameters": tool["parameters"]}}]
+
+
 async def test_bad_metadata_json_is_a_client_error(upstream, connect):
     answer = await connect(make_server(upstream.url)).post(
         "/v1/responses", json={"input": "hi", "metadata": {"extra_body": "{not json"}}

@@ -3,7 +3,10 @@
 ``expected_reward`` (row field) is the reward; ``fail_every: N`` makes every Nth ``/verify`` answer HTTP 500 (an
 infrastructure failure, not a low reward); ``judge_fail_every: N`` answers a judge failure instead;
 ``hold_verifies_after: N`` holds every ``/verify`` after the Nth until ``release_file`` exists, so a test can act (kill
-a server, interrupt the run) while the run is known to be mid-way, whatever the speed of the machine. Verification
+a server, interrupt the run) while the run is known to be mid-way, whatever the speed of the machine; ``held_file``
+gets one line per verify being held, so a test can wait until a known number of rollouts is in flight; ``holds`` adds
+more such points (``{after: N, release_file: PATH}``), and ``exit_at_start_if``: a path whose existence makes the
+server exit at start (a server that dies on every restart). Verification
 reads only the row, so the server is ``stateless`` for reverification; ``reverify_mode`` makes it claim another mode
 (to test the refusal).
 """
@@ -12,11 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 from pathlib import Path
 from typing import ClassVar
 
 from fastapi import HTTPException, Request
-from pydantic import ConfigDict
+from pydantic import BaseModel, ConfigDict
 
 from nemo_gym.base_resources_server import (
     BaseResourcesServerConfig,
@@ -27,6 +31,11 @@ from nemo_gym.base_resources_server import (
 )
 
 
+class Hold(BaseModel):
+    after: int
+    release_file: str
+
+
 class RolloutTestEnvConfig(BaseResourcesServerConfig):
     REVERIFY_MODE: ClassVar[ReverifyMode] = "stateless"
 
@@ -34,6 +43,9 @@ class RolloutTestEnvConfig(BaseResourcesServerConfig):
     judge_fail_every: int = 0
     hold_verifies_after: int = 0
     release_file: str | None = None
+    held_file: str | None = None
+    holds: list[Hold] = []
+    exit_at_start_if: str | None = None
     reverify_mode: ReverifyMode | None = None
 
 
@@ -51,12 +63,17 @@ class RolloutTestEnv(SimpleResourcesServer):
     config: RolloutTestEnvConfig
 
     def model_post_init(self, context: object) -> None:
+        if self.config.exit_at_start_if and Path(self.config.exit_at_start_if).exists():
+            os._exit(3)
         self._calls = itertools.count(1)
 
     async def verify(self, body: RolloutTestVerifyRequest, request: Request) -> RolloutTestVerifyResponse:
         call = next(self._calls)
         if self.config.hold_verifies_after and call > self.config.hold_verifies_after:
-            await self._held_until_released(request)
+            await self._held_until_released(request, self.config.release_file)
+        for hold in self.config.holds:
+            if call > hold.after:
+                await self._held_until_released(request, hold.release_file)
         if self.config.fail_every and call % self.config.fail_every == 0:
             raise HTTPException(status_code=500, detail=f"verifier crashed on call {call}")
         result = RolloutTestVerifyResponse(**body.model_dump(), reward=body.expected_reward)
@@ -66,9 +83,12 @@ class RolloutTestEnv(SimpleResourcesServer):
             )
         return result
 
-    async def _held_until_released(self, request: Request) -> None:
+    async def _held_until_released(self, request: Request, release_file: str | None) -> None:
         """Wait for ``release_file``; a caller that hangs up meanwhile ends the wait (so the server can stop)."""
-        release = Path(self.config.release_file) if self.config.release_file else None
+        release = Path(release_file) if release_file else None
+        if self.config.held_file:
+            with open(self.config.held_file, "a") as held:
+                held.write("held\n")
         while release is None or not release.exists():
             if await request.is_disconnected():
                 raise HTTPException(status_code=499, detail="the caller hung up while its verify was held")
