@@ -29,12 +29,20 @@ $(STAMP): pyproject.toml $(OVERRIDES)
 
 # The main job: the weather environment with the embedded SmolLM2 model (no API key, no GPU), five scored rollouts.
 # Each `make demo` replaces the previous one's results (--overwrite; without it a second run would be refused).
+# DEMO_ARGS go last on its `gym eval run` line (options, overrides): `make demo DEMO_ARGS=+head_server.port=11500`.
+DEMO_ARGS ?=
+# The head server's default port (11000) held by another run would stop the demo: unless DEMO_ARGS names a head server
+# port, the demo's head server then takes a free one (only the demo's own servers talk to it), said in one line.
+DEMO_HEAD = $(if $(findstring head_server,$(DEMO_ARGS)),,$(shell $(PYTHON) -c 'import socket; s = socket.socket(); \
+	s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("127.0.0.1", 11000))' 2>/dev/null || { echo \
+	"make demo: port 11000 is taken (another gym run?), so the demo's head server takes a free port" >&2; \
+	echo +head_server.port=0; }))
 demo: setup
 	$(BIN)/gym eval run --resources-server example_single_tool_call \
 		--input resources_servers/example_single_tool_call/data/example.jsonl \
 		--agent example_single_tool_call_simple_agent \
 		--output results/demo/weather_rollouts.jsonl --overwrite \
-		--temperature 0.2 --max-output-tokens 128
+		--temperature 0.2 --max-output-tokens 128 $(DEMO_HEAD) $(DEMO_ARGS)
 
 # The viewer's browser tests (tests/viewer) drive Debian's headless Chromium through its chromedriver: installed here
 # when missing (as root, or through sudo). `make demo` and `gym view` itself never need it.

@@ -182,8 +182,8 @@ CHAT_REQUEST_PROVIDER_EXTENSION_FIELDS: frozenset[str] = frozenset(
     {"chat_template_kwargs", "thinking", "output_config"}
 )
 """Request keys some providers add to the Chat Completions body (vLLM's template variables, Anthropic-style reasoning
-settings), named for code that leaves them out when comparing a request with the SDK's field set. ``thinking`` and
-``output_config`` are fields here as in NeMo Gym 0.7; ``chat_template_kwargs`` is not (see below)."""
+settings), named for code that leaves them out when comparing a request with the SDK's field set; all three are
+fields here, as in NeMo Gym 0.7."""
 
 
 class NeMoGymChatCompletionModeration(NeMoGymRequestPart):
@@ -195,8 +195,9 @@ class NeMoGymChatCompletionModeration(NeMoGymRequestPart):
 class NeMoGymChatCompletionCreateParamsNonStreaming(BaseModel):
     """Body of `POST /v1/chat/completions`. Unknown keys are errors; streaming is decided before validation.
 
-    Engine-specific knobs (vLLM's `chat_template_kwargs`, `return_tokens_as_token_ids`, ...) are not fields: model
-    servers add them to the outbound JSON from their config or from `metadata`. Anthropic's reasoning settings
+    Engine-specific knobs (`return_tokens_as_token_ids`, ...) are not fields: model servers add them to the outbound
+    JSON from their config or from `metadata`; vLLM's `chat_template_kwargs` is one, as in NeMo Gym 0.7, so a request
+    written for it validates here. Anthropic's reasoning settings
     (`thinking`, `output_config`) are: OpenAI-compatible gateways in front of Claude read them from the body, so a
     model server passes them on as given (NeMo Gym 0.7's judges send them).
     """
@@ -241,6 +242,9 @@ class NeMoGymChatCompletionCreateParamsNonStreaming(BaseModel):
     web_search_options: dict[str, Any] | None = None
     # Open mappings, not the SDK's types: `{"type": "adaptive"}` has no `budget_tokens`. Absent from a dump while unset.
     thinking: dict[str, Any] | None = Field(default=None, exclude_if=is_none)
+    # vLLM's per-request template variables (NeMo Gym 0.7 accepts them on the body too); a vLLM server merges them
+    # over its configured ones, other servers leave them out.
+    chat_template_kwargs: dict[str, Any] | None = Field(default=None, exclude_if=is_none)
     output_config: dict[str, Any] | None = Field(default=None, exclude_if=is_none)
 
 

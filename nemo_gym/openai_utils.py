@@ -1,8 +1,8 @@
 """NeMo Gym's `openai_utils`: the OpenAI wire models and the OpenAI-compatible client, under one import path.
 
-The Responses models are defined in `nemo_gym.openai_responses`, the Chat Completions ones in
-`nemo_gym.openai_chat_utils` (shared bases in `nemo_gym.openai_base`), and `NeMoGymAsyncOpenAI` in
-`nemo_gym.transport.openai_client`. Neither the `openai` SDK nor an HTTP client is imported here: the SDK loads only when
+The Responses models are defined in `nemo_gym.openai_responses` (and its parts `openai_response_items`,
+`openai_response_params`), the Chat Completions ones in `nemo_gym.openai_chat_utils` (shared bases in
+`nemo_gym.openai_base`), and `NeMoGymAsyncOpenAI` in `nemo_gym.transport.openai_client`. Neither the `openai` SDK nor an HTTP client is imported here: the SDK loads only when
 a hosted-tool item arrives, and aiohttp on a client's first call. ``NeMoGymResponseMcpCall`` subclasses an SDK class, so
 it is loaded (with the SDK) when first asked for.
 

@@ -202,11 +202,15 @@ class Supervisor:
         if watch.frozen_since is None and watch.unanswered >= self._settings.frozen_after_probes:
             watch.frozen_since = time.monotonic()
             limit = self._settings.restart_frozen_after_s
-            then = f"restarted if still so after {limit:g} s" if limit else "not restarted (restart_frozen_after_s)"
+            then = (
+                f"it is killed and restarted if still so after {limit:g} s (the rollouts it fails run again)"
+                if limit
+                else "it is not restarted (restart_frozen_after_s is off)"
+            )
             self._tell(
                 watch.server,
                 f"is frozen: its process runs but it {health.value} on GET / {watch.unanswered} times in a row "
-                f"({self._settings.probe_timeout_s:g} s each); treated as down, {then}",
+                f"({self._settings.probe_timeout_s:g} s each); {then}",
             )
 
     def _frozen_too_long(self, watch: _Watch) -> bool:

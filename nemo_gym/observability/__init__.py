@@ -4,8 +4,9 @@
   to the model server, and the middleware that strips it again;
 * ``records.py``: the typed records an agent may return (``ng_agent_observations``) and the standardized
   ``TrajectoryRecord``;
-* ``capture.py``: model-call capture on a model server (``CaptureStore``, ``ModelCallRecord``, the ASGI middleware)
-  and its merge into a finished rollout;
+* ``capture.py``: model-call capture on a model server (``CaptureStore``, the ASGI middleware) and its merge into a
+  finished rollout;
+* ``model_call_records.py``: ``ModelCallRecord``, what one captured exchange says (re-exported by ``capture.py``);
 * ``trajectory.py``: the projection of all of that into one ``ng_trajectory`` per rollout.
 
 Everything here is off unless a run sets ``observability_enabled`` (with ``model_call_capture_dir``): a server

@@ -3,10 +3,6 @@
 * A :class:`TransportError` (a call this server made to another one failed) is a 502 that names the upstream server,
   path and status, marked with :data:`UPSTREAM_FAILURE_HEADER` so that no caller repeats the request on its own (the
   server may have done part of the work before the call failed).
-* Except when the other server refused the call with a 4xx (not 408 or 429, which say "not now"): it was up and
-  answered, so nothing failed in between, and the request this server built is what was wrong. That is this
-  server's own failure, a 500 as NeMo Gym answers it; the body is one JSON string quoting the refusal (NeMo Gym's
-  callers search it for the upstream's words). Neither answer is retried by our client, and neither is a reward.
 * Any other exception is a 500 with the error's type and message (at most 200 characters of it).
 * A body that fails its route's model is FastAPI's 422, without echoing a huge input back.
 
@@ -40,16 +36,12 @@ __all__ = [
 logger = logging.getLogger("nemo_gym.server_utils")  # where these lines have always been logged
 
 _UPSTREAM_FAILED = {UPSTREAM_FAILURE_HEADER: "1"}
-_NOT_NOW = frozenset({408, 429})
-"""Client-error statuses that ask the caller to come back later (timeout, overload): failures in between, not refusals."""
 _Message = MutableMapping[str, Any]
 
 
 def upstream_failure_response(server_name: str, path: str, error: TransportError) -> JSONResponse:
-    """The answer for ``error``, raised while ``server_name`` handled ``path``: the 502, or the 500 of a refusal."""
+    """The 502 for ``error``, raised while ``server_name`` handled ``path``."""
     logger.warning("%s %s: %s", server_name, path, error)
-    if _is_refusal(error):
-        return JSONResponse(status_code=500, content=f"{server_name} {path}: its call was refused: {error}")
     content = {
         "error": str(error),
         "server": server_name,
@@ -59,12 +51,6 @@ def upstream_failure_response(server_name: str, path: str, error: TransportError
         "upstream_timeout": isinstance(error, ServerTimeoutError),
     }
     return JSONResponse(status_code=502, content=content, headers=_UPSTREAM_FAILED)
-
-
-def _is_refusal(error: TransportError) -> bool:
-    """Whether the other server answered ``error``'s call with a client error (4xx): alive, and refusing it."""
-    status = getattr(error, "status", None)
-    return isinstance(status, int) and 400 <= status < 500 and status not in _NOT_NOW
 
 
 def install_error_handlers(app: FastAPI, server_name: str) -> None:

@@ -31,6 +31,8 @@ def _call(name: str, **arguments: Any) -> list[dict[str, Any]]:
 
 
 ANSWER = [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Done."}]}]
+WEATHER_ANSWER = [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "It is cold."}]}]
+"""The weather verifier wants the tool's weather in the answer."""
 
 
 def eval_run(workdir: Path, resources_server: str, agent: str, script: list[Any], *extra: str) -> list[dict[str, Any]]:
@@ -53,7 +55,7 @@ def eval_run(workdir: Path, resources_server: str, agent: str, script: list[Any]
 
 def test_langgraph_agent_completes_scored_rollouts(workdir: Path) -> None:
     config = AGENTS / "langgraph_agent" / "configs" / "weather.yaml"
-    rows = eval_run(workdir, WEATHER, f"{WEATHER}_langgraph_agent", [_call("get_weather", city="Paris"), ANSWER],
+    rows = eval_run(workdir, WEATHER, f"{WEATHER}_langgraph_agent", [_call("get_weather", city="Paris"), WEATHER_ANSWER],
                     "--config", str(config))  # fmt: skip
     assert len(rows) == 5 and all(row["reward"] == 1.0 for row in rows)
     for row in rows:
@@ -84,7 +86,7 @@ def test_orchestrator_delegates_to_simple_agent_in_the_seeded_session(workdir: P
 
 def test_orchestrator_delegates_to_the_langgraph_agent(workdir: Path) -> None:
     rows = eval_run(
-        workdir, WEATHER, f"{WEATHER}_orchestrator_agent", [_call("get_weather", city="Tokyo"), ANSWER],
+        workdir, WEATHER, f"{WEATHER}_orchestrator_agent", [_call("get_weather", city="Tokyo"), WEATHER_ANSWER],
         "--config", str(AGENTS / "orchestrator_agent" / "configs" / "weather.yaml"),
         "--config", str(AGENTS / "langgraph_agent" / "configs" / "weather.yaml"),
         f"++{WEATHER}_orchestrator_agent.responses_api_agents.orchestrator_agent.worker_agent.name="

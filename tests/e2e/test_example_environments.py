@@ -40,7 +40,10 @@ def call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
 ANSWER = {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Done."}]}
 
 SCRIPTS: dict[str, list[list[dict[str, Any]]]] = {
-    "example_single_tool_call": [[call("get_weather", {"city": "Paris"})], [ANSWER]],
+    "example_single_tool_call": [  # its verifier wants the tool's weather in the answer
+        [call("get_weather", {"city": "Paris"})],
+        [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "It is cold."}]}],
+    ],
     "example_session_state_mgmt": [
         [call("increment_counter", {"count": 1})],
         [call("increment_counter", {"count": 2})],

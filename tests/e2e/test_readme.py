@@ -14,7 +14,9 @@
 - **Running**: each command through ``bash`` in the copy's root, in document order; one exiting non-zero fails with
   its output. ``gym env start`` runs in the background from its ``Press Ctrl-C to stop.`` line until the end of its
   README block (for ``--help`` examples: of its command group), then gets SIGTERM and must exit 0.
-- **Inputs a user brings** (``raw.jsonl``, ``my.yaml``, rollout shards, ...) are :func:`write_fixtures`' files.
+- **Inputs a user brings** (``raw.jsonl``, ``my.yaml``, rollout shards, ...) are :func:`write_fixtures`' files. The
+  README says what a reader must bring in a ``**You bring:**`` paragraph just above each block that uses one of them
+  or is skipped because it ``needs`` something (a key, a checkout, running servers); a test checks that it does.
 
 Each README block and each ``--help`` example is one test; asking for one runs the ones before it first (once per
 session), since later examples read what earlier ones wrote.
@@ -70,6 +72,9 @@ HELP_SKIPS = {
         "needs the Hugging Face Hub and a gitlab (MLflow) registry server"
     ),
 }  # fmt: skip
+BRING_NOTE = "**You bring:**"
+BROUGHT = ("my.yaml", "my_env", "raw.jsonl", "prompt.yaml", "data/train.jsonl", "results/shard_")
+"""What README commands name that a reader must bring: :func:`write_fixtures` writes each for this test."""
 SCRIPTED_POLICY = {"policy_model": {"responses_api_models": {"scripted_model": {"entrypoint": "app.py"}}}}
 
 
@@ -158,6 +163,7 @@ def write_fixtures(root: Path) -> None:
         "results/shard_0.jsonl": "".join(rollouts[:3]),
         "results/shard_1.jsonl": "".join(rollouts[3:]),
     }
+    assert all(any(name in relative for name in BROUGHT) for relative in files), "a fixture BROUGHT does not name"
     for relative, text in files.items():
         (root / relative).parent.mkdir(parents=True, exist_ok=True)
         (root / relative).write_text(text, encoding="utf-8")
@@ -327,3 +333,45 @@ def test_the_examples_are_found_and_every_skip_names_one() -> None:
     shown = {e.commands[0].split("   #")[0].strip() for e in HELP_EXAMPLES}
     assert not set(HELP_SKIPS) - shown, f"HELP_SKIPS entries no --help shows: {set(HELP_SKIPS) - shown}"
     assert [e.skip for e in README_EXAMPLES if e.skip] and all(len(e.skip) > 10 for e in README_EXAMPLES if e.skip)
+
+
+def fenced_blocks(lines: list[str]) -> Iterator[tuple[int, str]]:
+    """(line index of the opening fence, the block's text) of every fenced block, whatever its language."""
+    start: int | None = None
+    for i, line in enumerate(lines):
+        if not line.startswith("```"):
+            continue
+        if start is None:
+            start = i
+        else:
+            yield start, "\n".join(lines[start + 1 : i])
+            start = None
+
+
+def bring_note_above(lines: list[str], fence: int) -> bool:
+    """Whether the paragraph above a block (above its readme-test marker, if it has one) is a ``You bring`` note."""
+    j = fence - 1
+    while j >= 0 and not lines[j].strip():
+        j -= 1
+    if j >= 0 and MARKER.search(lines[j]):
+        j -= 1
+        while j >= 0 and not lines[j].strip():
+            j -= 1
+    while j > 0 and lines[j - 1].strip():
+        j -= 1  # the paragraph's first line
+    return j >= 0 and lines[j].startswith(BRING_NOTE)
+
+
+def test_every_block_that_needs_what_the_reader_brings_says_so_first() -> None:
+    """A block skipped because it ``needs`` something, or naming a file a reader brings, has a note just above."""
+    lines = README.read_text(encoding="utf-8").splitlines()
+    needing, missing = 0, []
+    for fence, body in fenced_blocks(lines):
+        marker = next((MARKER.search(lines[j]) for j in range(fence - 1, -1, -1) if lines[j].strip()), None)
+        skipped_for_a_need = bool(marker and marker.group(1) == "skip" and marker.group(2).startswith("needs"))
+        if skipped_for_a_need or any(name in body for name in BROUGHT):
+            needing += 1
+            if not bring_note_above(lines, fence):
+                missing.append(f"README.md line {fence + 1}: {lines[fence + 1].strip()[:60]}")
+    assert needing >= 8, "the README's blocks that need something were not found"
+    assert not missing, f"blocks without a {BRING_NOTE!r} paragraph above them: {missing}"

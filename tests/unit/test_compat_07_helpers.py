@@ -270,6 +270,8 @@ def _weather_server() -> ExampleSingleToolCallResourcesServer:
 
 
 CALL = {"type": "function_call", "call_id": "c", "name": "get_weather", "arguments": '{"city": "Oslo"}'}
+RESULT = {"type": "function_call_output", "call_id": "c",
+          "output": '{"city": "Oslo", "weather_description": "The weather in Oslo is cold."}'}  # fmt: skip
 ANSWER = {"type": "message", "id": "m", "role": "assistant", "status": "completed",
           "content": [{"type": "output_text", "text": "Cold.", "annotations": []}]}  # fmt: skip
 
@@ -287,7 +289,7 @@ def _fixture(tmp_path: Path, *lines: str) -> VerifierFixture:
     return VerifierFixture(server_factory=_weather_server, request_model=BaseVerifyRequest, cases_path=path)
 
 
-GOOD = _case("tool then answer", "full_reward", [CALL, ANSWER], expected_reward=1.0)
+GOOD = _case("tool then answer", "full_reward", [CALL, RESULT, ANSWER], expected_reward=1.0)
 NO_TOOL = _case("answer only", "zero_reward", [ANSWER], expected_reward=0.0)
 MALFORMED = _case("no response", "malformed", None, expected_error="response")
 
@@ -321,7 +323,7 @@ def test_a_verifier_that_drifted_from_its_cases_fails(tmp_path: Path, lines: tup
 
 
 def test_update_expected_rewrites_the_rewards_after_an_intended_change(tmp_path: Path) -> None:
-    stale = _case("tool then answer", "full_reward", [CALL, ANSWER], expected_reward=0.0)
+    stale = _case("tool then answer", "full_reward", [CALL, RESULT, ANSWER], expected_reward=0.0)
     fixture = _fixture(tmp_path, stale, NO_TOOL, MALFORMED)
     with pytest.raises(VerifierFixtureError, match="expects 0.0"):
         asyncio.run(exercise_verifier_fixture(fixture, reward_range=(0, 1), determinism="stochastic"))

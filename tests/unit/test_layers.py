@@ -25,6 +25,8 @@ LAYERS: dict[str, int] = {
     "openai_base": 2,
     "openai_chat_utils": 2,
     "openai_responses": 2,
+    "openai_response_items": 2,
+    "openai_response_params": 2,
     "openai_usage": 2,
     "responses_converter": 2,
     "chat_to_responses": 2,

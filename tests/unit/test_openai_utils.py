@@ -425,7 +425,7 @@ def test_chat_params_round_trip_through_sdk_typeddict() -> None:
     "change",
     [
         {"stream": True},
-        {"chat_template_kwargs": {}},
+        {"chat_template_kwargs": []},
         {"messages": [{"role": "function", "content": "x", "name": "f"}]},
         {"messages": [{"role": "user", "content": "x", "extra": 1}]},
     ],

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from unittest.mock import MagicMock
 
+import pytest
 from fastapi.testclient import TestClient
 
 from nemo_gym.base_resources_server import BaseVerifyRequest
@@ -29,8 +32,22 @@ def _response(*output: dict) -> NeMoGymResponse:
 
 
 CALL = {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": '{"city": "Oslo"}'}
-ANSWER = {"type": "message", "id": "m1", "role": "assistant", "status": "completed",
-          "content": [{"type": "output_text", "text": "Cold.", "annotations": []}]}  # fmt: skip
+RESULT = {"type": "function_call_output", "call_id": "c1",
+          "output": '{"city":"Oslo","weather_description":"The weather in Oslo is cold."}'}  # fmt: skip
+ROLLOUTS = Path(__file__).resolve().parents[1] / "data" / "example_rollouts.jsonl"
+
+
+def _answer(text: str) -> dict:
+    return {"type": "message", "id": "m1", "role": "assistant", "status": "completed",
+            "content": [{"type": "output_text", "text": text, "annotations": []}]}  # fmt: skip
+
+
+async def _reward(*output: dict) -> float:
+    params = NeMoGymResponseCreateParamsNonStreaming(input="What is the weather in Oslo?")
+    verified = await make_server().verify(
+        BaseVerifyRequest(responses_create_params=params, response=_response(*output))
+    )
+    return verified.reward
 
 
 async def test_get_weather():
@@ -38,12 +55,46 @@ async def test_get_weather():
     assert result.weather_description == "The weather in Oslo is cold."
 
 
-async def test_verify_rewards_a_tool_call_followed_by_an_answer():
+@pytest.mark.parametrize(
+    "answer",
+    ["Cold.", "It is cold in Oslo.", "The weather in Oslo is COLD right now.", "Oslo: cold, says `get_weather`."],
+)
+async def test_an_answer_that_states_the_tools_weather_scores_1(answer: str):
+    assert await _reward(CALL, RESULT, _answer(answer)) == 1.0
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "Sunny.",  # not what the tool said
+        "It is getting colder.",  # another word
+        "You can use the `get_weather` function to get the weather in Oslo.",  # talk about the tool, no answer
+        "Here you go:\n```python\nprint('The weather in Oslo is cold.')\n```",  # the weather only in code
+        "This will print:\n```\nThe weather in Oslo is cold.",  # a code block cut off by the token limit
+        "Call `get_weather('cold')`.",  # inline code
+        "",
+    ],
+)
+async def test_an_answer_that_does_not_state_it_scores_0(answer: str):
+    assert await _reward(CALL, RESULT, _answer(answer)) == 0.0
+
+
+async def test_the_weather_must_come_from_a_get_weather_result():
+    assert await _reward(_answer("Cold.")) == 0.0  # no tool call: a guess, not an answer
+    assert await _reward(CALL, _answer("Cold.")) == 0.0  # called, but no result came back
+    error = {**RESULT, "output": "Error: the tool failed (it is cold)"}
+    assert await _reward(CALL, error, _answer("Cold.")) == 0.0  # a result, but no weather in it
+    other = {**RESULT, "call_id": "c2"}
+    assert await _reward(CALL, other, _answer("Cold.")) == 0.0  # the output answers another call
+    assert await _reward(CALL, RESULT, _answer("Cold."), CALL) == 0.0  # no final answer: it ends with a call
+
+
+async def test_the_example_rollouts_rewards_are_this_verifiers():
+    """The five stored SmolLM2 rollouts: three answers are code or talk about the tool, and score 0."""
+    rows = [json.loads(line) for line in ROLLOUTS.read_text().splitlines()]
     server = make_server()
-    params = NeMoGymResponseCreateParamsNonStreaming(input="weather?")
-    good = await server.verify(BaseVerifyRequest(responses_create_params=params, response=_response(CALL, ANSWER)))
-    no_tool = await server.verify(BaseVerifyRequest(responses_create_params=params, response=_response(ANSWER)))
-    assert (good.reward, no_tool.reward) == (1.0, 0.0)
+    rewards = [(await server.verify(BaseVerifyRequest.model_validate(row))).reward for row in rows]
+    assert rewards == [row["reward"] for row in rows] and sorted(rewards) == [0.0, 0.0, 0.0, 1.0, 1.0]
 
 
 def test_routes_and_sessions():

@@ -377,3 +377,17 @@ def test_shipped_configs_load(config_name, training):
     loaded = VLLMModel.load_config("policy_model", config)
     assert (loaded.base_url, loaded.api_key, loaded.model) == (["http://a/v1", "http://b/v1"], "k", "m")
     assert loaded.return_token_id_information is training
+
+
+async def test_chat_body_chat_template_kwargs_merge_over_the_config_and_under_metadata(upstream, connect):
+    server = make_server(upstream.url, chat_template_kwargs={"enable_thinking": True, "other": 1, "style": "a"})
+    body = {
+        "model": "caller-choice",
+        "messages": [{"role": "user", "content": "hi"}],
+        "chat_template_kwargs": {"other": 2, "style": "b"},  # NeMo Gym 0.7's callers send them on the body
+        "metadata": {"chat_template_kwargs": '{"style": "c"}'},
+    }
+    answer = await connect(server).post(CHAT, json=body)
+    assert answer.status_code == 200, answer.text
+    [sent] = upstream.bodies(CHAT)
+    assert sent["chat_template_kwargs"] == {"enable_thinking": True, "other": 2, "style": "c"}
