@@ -19,6 +19,8 @@ _GYM_MARKERS = ("nemo_gym", "/gym ", "/ng ")
 
 @dataclass(frozen=True)
 class PortHolder:
+    """A process listening on the port a server wanted, as ``/proc`` shows it."""
+
     pid: int
     command: str
 
