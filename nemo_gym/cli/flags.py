@@ -44,6 +44,8 @@ class Flag:
     switch_value: str = "true"
     """What a switch with ``override_key`` sets (``--no-auth`` sets ``auth`` to false)."""
     repeatable: bool = False
+    many: bool = False
+    """One flag takes one or more values (``--candidates B C``): its value is a list."""
     metavar: str | None = None
     value_type: type = str
     minimum: float | None = None
@@ -63,6 +65,8 @@ class Flag:
             kwargs["type"] = self.value_type
             if self.repeatable:
                 kwargs["action"] = "append"
+            if self.many:
+                kwargs["nargs"] = "+"
         parser.add_argument(*self.names, **kwargs)
 
     def check(self, value: Any) -> None:

@@ -48,6 +48,7 @@ LAYERS: dict[str, int] = {
     "tool_access": 2,
     "task_materialization": 2,
     "reward_profile": 2,
+    "run_comparison": 2,
     "profiling": 2,
     "sandbox/": 2,
     "task_data": 2,

@@ -208,6 +208,16 @@ REVERIFY_FLAGS = (
 )  # fmt: skip
 
 
+COMPARE_FLAGS = (
+    Flag(("--baseline",), "rollouts file of the baseline run", metavar="PATH"),
+    Flag(("--candidates",), "rollouts files of the runs compared with it, of the same tasks (space- or "
+         "comma-separated)", metavar="PATH", many=True),
+    Flag(("--output-dir", "-o"), "folder for compare_report.md / compare_report.json (default: the last "
+         "candidate's folder)", metavar="DIR"),
+    Flag(("--report-format",), "reports to write: md, json or both (default both)", metavar="md|json|both"),
+)  # fmt: skip
+
+
 def _head_server_config(composed: ComposedConfig) -> ComposedConfig:
     """The config of running servers, asked from the head server the composed config points at."""
     from nemo_gym.config.compose import ComposedConfig
@@ -355,6 +365,36 @@ def _report_reverify(summary: Any, stderr: GymConsole) -> int:
     return 0 if not summary.failed else EXIT_SOME_ROLLOUTS_FAILED
 
 
+def compare(invocation: Invocation) -> int:
+    """Each candidate against the baseline: reports written, one summary line per candidate printed."""
+    from nemo_gym.errors import ConfigError
+    from nemo_gym.rollouts.compare import REPORT_FORMATS, read_run, write_reports
+    from nemo_gym.run_comparison import compare_runs
+
+    report_format = invocation.get("report_format") or "both"
+    if report_format not in REPORT_FORMATS:
+        raise ConfigError(f"--report-format must be one of {', '.join(REPORT_FORMATS)}, got {report_format!r}")
+    baseline_path = invocation.get("baseline")
+    candidate_paths = [p.strip() for value in invocation.get("candidates") or [] for p in value.split(",") if p.strip()]
+    if not baseline_path or not candidate_paths:
+        raise ConfigError("gym eval compare needs --baseline PATH and --candidates PATH [PATH ...]")
+    baseline = read_run(Path(baseline_path).expanduser())
+    comparisons = [compare_runs(baseline, read_run(Path(p).expanduser())) for p in candidate_paths]
+    output_dir = Path(invocation.get("output_dir") or Path(candidate_paths[-1]).expanduser().parent)
+    written = write_reports(comparisons, output_dir, report_format)
+    for c in comparisons:
+        console.print(
+            f"{c.candidate}: mean reward {c.baseline_mean:.4f} -> {c.candidate_mean:.4f}, difference "
+            f"{c.mean_difference:+.4f} ({c.confidence:.0%} CI [{c.ci_low:+.4f}, {c.ci_high:+.4f}]) over "
+            f"{len(c.tasks)} tasks; {len(c.fail_to_pass)} fail -> pass, {len(c.pass_to_fail)} pass -> fail; "
+            f"failed rollouts {c.baseline_failed} baseline, {c.candidate_failed} candidate",
+            markup=False,
+        )
+    for path in written:
+        console.print(f"  report: {path}", markup=False)
+    return 0
+
+
 COMMANDS: tuple[Command, ...] = (
     Command(
         "eval",
@@ -383,6 +423,18 @@ COMMANDS: tuple[Command, ...] = (
         profile,
         PROFILE_FLAGS,
         examples=("example: gym eval profile --rollouts results/weather.jsonl",),
+    ),
+    Command(
+        "eval",
+        "compare",
+        "a baseline run against candidate runs of the same tasks: mean reward difference with a 95% interval, "
+        "pass@k, flipped tasks",
+        compare,
+        COMPARE_FLAGS,
+        examples=(
+            "example: gym eval compare --baseline results/weather.jsonl --candidates results/weather.jsonl "
+            "-o results/compare",
+        ),
     ),
     Command(
         "eval",
