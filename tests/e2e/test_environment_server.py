@@ -119,7 +119,9 @@ def test_an_agent_killed_mid_episode_is_a_typed_failure_its_sessions_are_closed_
     tasks = len(EXAMPLES.read_text().splitlines())
     with isolated_config():
         try:
-            with running_servers(_stack_overrides(workdir, reply_delay_s=3.0)) as run:
+            # The agent stays dead (a supervisor restart would heal the run): the row is a typed failure.
+            overrides = [*_stack_overrides(workdir, reply_delay_s=3.0), "+server_supervision={enabled: false}"]
+            with running_servers(overrides) as run:
                 agent = next(s for s in run.servers if s.name == AGENT)
                 head_port = int(run.head_url.rsplit(":", 1)[1])
                 collect = _collect(workdir, head_port, output)

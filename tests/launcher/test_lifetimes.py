@@ -206,7 +206,7 @@ def test_sigterm_gives_a_hung_request_a_bounded_grace_then_the_server_exits_by_i
     model_config = INSTALL_DIR / "responses_api_models" / "scripted_model" / "configs" / "scripted_model.yaml"
     overrides = [
         f"+config_paths=[{model_config}]", f"++results_dir={tmp_path / 'results'}", "++head_server.port=0",
-        "++shared_venv=true", HUNG,
+        "++shared_venv=true", HUNG, "+server_supervision={enabled: false}",  # no health probes counted as requests
     ]  # fmt: skip
     answered: list[BaseException | int] = []
     with running_servers(overrides, shutdown_grace_s=GRACEFUL_SHUTDOWN_S + 60) as run:

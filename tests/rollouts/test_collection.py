@@ -95,7 +95,8 @@ def test_failures_go_to_the_sidecar_and_resume_completes_the_rest(workdir, extra
     release = workdir / "release"
     held = [f"{ENV}.hold_verifies_after=100", f"{ENV}.release_file={release}"]
     output = Path(config.output_jsonl_fpath)
-    with running_servers(stack_overrides(workdir, flaky, *held)) as run:
+    # The model server stays dead (no supervisor restart, test_supervision.py has those): the run must stop.
+    with running_servers(stack_overrides(workdir, flaky, *held, "+server_supervision={enabled: false}")) as run:
         model = next(server for server in run.servers if server.name == "policy_model")
         outcome: dict = {}
 
