@@ -35,6 +35,7 @@ from nemo_gym.config.roots import find_path as _find_path
 from nemo_gym.config.server_models import BaseServerConfig
 from nemo_gym.config.server_models import environment_servers_by_agent as _environment_servers_by_agent
 from nemo_gym.errors import ConfigError
+from nemo_gym.errors import NeMoGymError as _NeMoGymError
 from nemo_gym.global_config import get_global_config_dict
 from nemo_gym.jsonl import iter_jsonl as _iter_jsonl
 from nemo_gym.observability.capture import capture_dirs_from_config as _capture_dirs_from_config
@@ -53,7 +54,10 @@ from nemo_gym.rollouts.collector import default_max_attempts as get_max_rollout_
 from nemo_gym.rollouts.collector import judge_rollout as _judge_rollout
 from nemo_gym.rollouts.collector import recorded_fingerprint as _recorded_fingerprint
 from nemo_gym.rollouts.config import DEFAULT_CONCURRENCY as _DEFAULT_CONCURRENCY
+from nemo_gym.rollouts.config import AggregateRolloutsConfig as RolloutAggregationConfig
 from nemo_gym.rollouts.config import RolloutCollectionConfig
+from nemo_gym.rollouts.counted_failures import counted_as_zero as _counted_as_zero
+from nemo_gym.rollouts.counted_failures import latest_failures as _latest_failures
 from nemo_gym.rollouts.failure_rules import (
     SharedRolloutCollectionConfig,
     is_terminal_failure,
@@ -68,6 +72,7 @@ from nemo_gym.rollouts.materialize import rollout_key as _rollout_key
 from nemo_gym.rollouts.routing import environment_server_for_agent as _environment_server_for_agent
 from nemo_gym.rollouts.routing import episode_record as _episode_record
 from nemo_gym.rollouts.run import run_servers as _run_servers
+from nemo_gym.rollouts.shards import aggregate_shards_async as _aggregate_shards_async
 from nemo_gym.row_fields import FAILURE_CLASS_KEY as NG_FAILURE_CLASS_KEY
 from nemo_gym.row_fields import FAILURE_TERMINAL_KEY as NG_TERMINAL_KEY
 from nemo_gym.row_fields import NO_PERSIST_KEY as NG_NO_PERSIST_KEY
@@ -84,6 +89,9 @@ __all__ = [
     "NG_NO_PERSIST_KEY",
     "NG_TERMINAL_KEY",
     "NG_TRAJECTORY_KEY",
+    "NoRolloutResultError",
+    "RolloutAggregationConfig",
+    "RolloutAggregationHelper",
     "RolloutCollectionConfig",
     "RolloutCollectionHelper",
     "ServerClient",
@@ -104,6 +112,12 @@ __all__ = [
     "observed_elapsed",
     "setup_server_client_utils",
 ]
+
+
+class NoRolloutResultError(_NeMoGymError, RuntimeError):
+    """A collection dispatched rollouts and none produced a result (nor a failure counted as zero): there is no score.
+
+    A ``RuntimeError`` too, as NeMo Gym 0.7 raises it. The failures file says why each failed."""
 
 
 @dataclass(frozen=True)
@@ -164,11 +178,22 @@ class RolloutCollectionHelper:
             retry_terminal_timeouts=config.retry_terminal_timeouts,
             retry_invalid_judge_responses=config.retry_invalid_judge_responses,
         )  # fmt: skip
-        await _RolloutCollector(materialized, {}, options, send=send).run()
+        summary = await _RolloutCollector(materialized, {}, options, send=send).run()
         results = sorted((row for _, row in _iter_jsonl(output)), key=_rollout_key) if output.exists() else []
-        if results and not config.disable_aggregation:
+        counted = _counted_as_zero(
+            _latest_failures([summary.failures_path]), config.count_failure_classes_as_zero,
+            {_rollout_key(r) for r in results},
+        )  # fmt: skip
+        dispatched = summary.succeeded + summary.failed
+        if dispatched and not results and not counted:
+            raise NoRolloutResultError(
+                f"None of the {dispatched} dispatched rollouts produced a result "
+                f"{dict(summary.failure_classes)}: see {summary.failures_path}; the run has no score to report"
+            )
+        if (results or counted) and not config.disable_aggregation:
             inputs = {_rollout_key(row): row for _, row in _iter_jsonl(materialized.path)}
-            await self._call_aggregate_metrics(results, [inputs[_rollout_key(r)] for r in results], output)
+            scored = sorted(results + counted, key=_rollout_key)
+            await self._call_aggregate_metrics(scored, [inputs.get(_rollout_key(r), r) for r in scored], output)
         return results
 
     async def _call_aggregate_metrics(
@@ -265,3 +290,28 @@ def _run_sender(client: ServerClient, transport: _TransportConfig | None = None)
         return response.status, await response.read()
 
     return send
+
+
+class RolloutAggregationHelper:
+    """Merge rollout shards and compute their metrics, as ``gym eval aggregate`` does, from a running process.
+
+    Each agent computes its metrics through its ``/aggregate_metrics`` where this process's servers are known
+    (:meth:`RolloutCollectionHelper.setup_server_client`), else the default metrics are computed here."""
+
+    def __init__(self, server_client: ServerClient | None = None) -> None:
+        self._collection = RolloutCollectionHelper(server_client)
+
+    async def run_from_config(self, config: RolloutAggregationConfig) -> Path:
+        """Write ``config.output_jsonl_fpath`` (unless ``merge_shards`` is false) and the metrics beside it; returns
+        the metrics file."""
+        result = await _aggregate_shards_async(
+            config.input_glob, Path(config.output_jsonl_fpath), config.merge_shards, self._agent_url,
+            config.count_failure_classes_as_zero,
+        )  # fmt: skip
+        return result.metrics_path
+
+    def _agent_url(self, agent: str) -> str | None:
+        try:
+            return self._collection.setup_server_client().server_base_url(agent)
+        except ConfigError:
+            return None  # not in the config: its metrics are computed here

@@ -17,6 +17,8 @@ __all__ = [
     "FAILURE_KIND_KEY",
     "FAILURE_MESSAGE_KEY",
     "FAILURE_STAGE_KEY",
+    "FAILURE_HTTP_STATUS_KEY",
+    "FAILURE_RESPONSE_BODY_KEY",
     "FAILURE_TERMINAL_KEY",
     "NO_PERSIST_KEY",
     "ROLLOUT_ID_KEY",
@@ -33,6 +35,10 @@ FAILURE_CLASS_KEY = "_ng_failure_class"
 FAILURE_MESSAGE_KEY = "_ng_failure_message"
 ENVIRONMENT_SERVER_KEY = "_ng_environment_server"
 """The environment server a rollout went through, when one fronted its agent (``rollouts/routing.py``)."""
+FAILURE_HTTP_STATUS_KEY = "_ng_failure_http_status"
+"""The HTTP status of an agent's ``/run`` answer that was not a result (absent when there was no answer)."""
+FAILURE_RESPONSE_BODY_KEY = "_ng_failure_response_body"
+"""The start of that answer's body (at most 2,000 characters), as the agent sent it."""
 FAILURE_KIND_KEY = "failure_kind"
 """A failure's kind from ``nemo_gym.failure_kinds`` (what is counted); ``_ng_failure_class`` is which hop failed."""
 FAILURE_STAGE_KEY = "_ng_failure_stage"

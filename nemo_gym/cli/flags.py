@@ -200,7 +200,7 @@ def flag_fields(args: argparse.Namespace, flags: tuple[Flag, ...], passthrough: 
     for flag in flags:
         values = _given(args, flag)
         if values and flag.field is not None:
-            fields[flag.field] = True if flag.switch else values[-1]
+            fields[flag.field] = True if flag.switch else values if flag.many else values[-1]
             setters[flag.field] = flag
     if not fields or not passthrough:
         return fields

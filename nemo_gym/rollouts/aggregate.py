@@ -62,6 +62,10 @@ class EncodedRows:
     def append(self, row: dict[str, Any]) -> None:
         self._rows.append((_order(row), http_client.dumps(row)))
 
+    def keys(self) -> list[tuple[Any, Any]]:
+        """The (task, rollout) of each row."""
+        return [key for key, _ in self._rows]
+
     def sort(self) -> None:
         self._rows.sort(key=_first)
 

@@ -70,8 +70,10 @@ from nemo_gym.rollouts.routing import Routes
 from nemo_gym.row_fields import (
     ENVIRONMENT_SERVER_KEY,
     FAILURE_CLASS_KEY,
+    FAILURE_HTTP_STATUS_KEY,
     FAILURE_KIND_KEY,
     FAILURE_MESSAGE_KEY,
+    FAILURE_RESPONSE_BODY_KEY,
     FAILURE_STAGE_KEY,
     FAILURE_TERMINAL_KEY,
     NO_PERSIST_KEY,
@@ -339,6 +341,7 @@ class RolloutCollector:
                 FAILURE_CLASS_KEY: failure.failure_class,
                 FAILURE_MESSAGE_KEY: failure.message,
                 FAILURE_KIND_KEY: failure.kind,
+                **failure.http_fields(),
             }
             if failure.stage is not None:
                 record[FAILURE_STAGE_KEY] = failure.stage
@@ -408,6 +411,8 @@ class RolloutFailure:
     """The server the failure points at, as the transport names it (``server 'policy_model' (127.0.0.1:8000)``), when
     it could not be reached or did not answer in time: the agent itself, or the upstream hop of the agent's 502. The
     collector's breakers (``rollouts/breaker.py``) ask that server before charging the rollout an attempt."""
+    http_status: int | None = None
+    """The status of the agent's answer when it was not a 200 (NeMo Gym 0.7 records it; the message is its body)."""
 
     @property
     def kind(self) -> str:
@@ -421,6 +426,12 @@ class RolloutFailure:
         named = (self.answer or {}).get(FAILURE_STAGE_KEY)
         return named if isinstance(named, str) and named else stage_of_class(self.failure_class)
 
+    def http_fields(self) -> dict[str, Any]:
+        """The agent's HTTP answer, under NeMo Gym 0.7's keys, when it answered with an error status."""
+        if self.http_status is None:
+            return {}
+        return {FAILURE_HTTP_STATUS_KEY: self.http_status, FAILURE_RESPONSE_BODY_KEY: self.message}
+
     def answer_fields(self) -> dict[str, Any]:
         """The agent's answer without its routing flags (this failure's own ``terminal`` / ``persist`` say them)."""
         routing = (FAILURE_TERMINAL_KEY, NO_PERSIST_KEY)
@@ -428,6 +439,7 @@ class RolloutFailure:
 
     def as_result(self) -> dict[str, Any]:
         result = self.answer_fields() | {FAILURE_CLASS_KEY: self.failure_class, FAILURE_MESSAGE_KEY: self.message}
+        result.update(self.http_fields())
         if self.terminal:
             result[FAILURE_TERMINAL_KEY] = True
         if not self.persist:
@@ -490,7 +502,9 @@ async def judge_rollout(answer: Awaitable[tuple[int, bytes]]) -> dict[str, Any] 
         return RolloutFailure("connection_error", str(e), server=str(getattr(e, "server", "")))
     if status != 200:
         message = body[:2000].decode("utf-8", "replace")
-        return RolloutFailure(classify_http_failure(status, body), message, server=unreachable_upstream(status, body))
+        return RolloutFailure(
+            classify_http_failure(status, body), message, server=unreachable_upstream(status, body), http_status=status
+        )
     try:
         result = orjson.loads(body)
     except orjson.JSONDecodeError:

@@ -19,6 +19,13 @@ DEFAULT_REVERIFY_CONCURRENCY = 64
 """Verifications in flight at once in ``gym eval reverify`` (its ``--concurrency``)."""
 
 
+COUNT_FAILURES_DESCRIPTION = (
+    "Failure classes or kinds to count as zeros in the aggregate metrics (--count-failures-as-zero), e.g. "
+    "[agent_run_error]: the last attempt of each failed rollout of such a class enters the metrics as reward 0, so "
+    "failures stay in the denominator. The files are unchanged: a failure is never a reward in the rollouts file."
+)
+
+
 class RolloutCollectionConfig(BaseNeMoGymCLIConfig):
     """Collect scored rollouts: run every row of a JSONL dataset through its agent, ``num_repeats`` times.
 
@@ -61,6 +68,7 @@ class RolloutCollectionConfig(BaseNeMoGymCLIConfig):
         default_factory=dict, description="Overrides merged over every row's create params (--temperature, …)."
     )
     disable_aggregation: bool = Field(default=False, description="Skip aggregate metrics (--disable-aggregation).")
+    count_failure_classes_as_zero: list[str] = Field(default_factory=list, description=COUNT_FAILURES_DESCRIPTION)
     num_repeats_add_seed: bool = Field(default=False, description="Seed each repeat with its rollout index.")
     rollout_timeout_seconds: float = Field(default=3600.0, gt=0, description="Deadline of one rollout.")
     server_down_deadline_seconds: float = Field(
@@ -112,6 +120,7 @@ class AggregateRolloutsConfig(BaseNeMoGymCLIConfig):
     input_glob: str | list[str] = Field(description="Comma-separated globs of rollout shards (--input-glob).")
     output_jsonl_fpath: str = Field(description="Merged rollouts; metrics go to <stem>_aggregate_metrics.json.")
     merge_shards: bool = Field(default=True, description="Write the merged file (--no-merge: metrics only).")
+    count_failure_classes_as_zero: list[str] = Field(default_factory=list, description=COUNT_FAILURES_DESCRIPTION)
 
 
 class RewardProfileConfig(BaseNeMoGymCLIConfig):

@@ -14,11 +14,20 @@ from omegaconf import DictConfig
 from nemo_gym.config.compose import ComposedConfig
 from nemo_gym.config.placement import RAY_ADDRESS_KEY
 from nemo_gym.observability.capture import capture_dirs_from_config
-from nemo_gym.rollouts.aggregate import aggregate_metrics_path, compute_metrics, encoded_rows_by_agent, write_metrics
+from nemo_gym.rollouts.aggregate import (
+    EncodedRows,
+    agent_name_of,
+    aggregate_metrics_path,
+    compute_metrics,
+    encoded_rows_by_agent,
+    strip_row,
+    write_metrics,
+)
 from nemo_gym.rollouts.breaker import Server
 from nemo_gym.rollouts.claim import claim_output
 from nemo_gym.rollouts.collector import CollectionOptions, CollectionSummary, RolloutCollector
 from nemo_gym.rollouts.config import RolloutCollectionConfig
+from nemo_gym.rollouts.counted_failures import counted_as_zero, latest_failures
 from nemo_gym.rollouts.inputs import SplitInput as SplitInput  # re-exported: where callers have found them
 from nemo_gym.rollouts.inputs import agent_names as agent_names
 from nemo_gym.rollouts.inputs import prepare_inputs as prepare_inputs
@@ -34,6 +43,8 @@ class RunResult:
     materialized: Materialized
     metrics: list[dict[str, Any]] | None
     metrics_path: Path | None
+    counted_failures: int = 0
+    """Failed rollouts counted as reward 0 in the metrics (``count_failure_classes_as_zero``)."""
 
 
 def agent_urls(config: ComposedConfig | DictConfig) -> dict[str, str]:
@@ -116,7 +127,7 @@ def run_collection(
         routes=run_routes(settings, composed),
     )
     with asyncio.Runner(loop_factory=collector_loop_factory()) as runner:
-        return runner.run(_collect_and_aggregate(materialized, urls, options, settings.disable_aggregation))
+        return runner.run(_collect_and_aggregate(materialized, urls, options, settings))
 
 
 COLLECTOR_GC_GEN0_THRESHOLD = 20_000
@@ -144,20 +155,36 @@ def collector_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
 
 
 async def _collect_and_aggregate(
-    materialized: Materialized, urls: dict[str, str], options: CollectionOptions, disable_aggregation: bool
+    materialized: Materialized, urls: dict[str, str], options: CollectionOptions, settings: RolloutCollectionConfig
 ) -> RunResult:
     try:
         summary = await RolloutCollector(materialized, urls, options).run()
         metrics = metrics_path = None
-        if not disable_aggregation and options.output_path.exists():
-            grouped = encoded_rows_by_agent([options.output_path])
+        counted: list[dict[str, Any]] = []
+        if not settings.disable_aggregation:
+            output = options.output_path
+            grouped = encoded_rows_by_agent([output]) if output.exists() else {}
+            if settings.count_failure_classes_as_zero:
+                counted = counted_as_zero(
+                    latest_failures([summary.failures_path]), settings.count_failure_classes_as_zero,
+                    {key for rows in grouped.values() for key in rows.keys()},
+                )  # fmt: skip
+                add_rows(grouped, counted)
             # What the run freed (its waiting rows, its answers) handed back before the metrics' moment, the stack's
             # peak: ~2 MB of the collector's RSS at 4,096 in flight.
             heap.release_freed_memory()
             if grouped:
                 metrics = await compute_metrics(grouped, urls)
-                metrics_path = aggregate_metrics_path(options.output_path)
+                metrics_path = aggregate_metrics_path(output)
                 write_metrics(metrics_path, metrics)
-        return RunResult(summary, materialized, metrics, metrics_path)
+        return RunResult(summary, materialized, metrics, metrics_path, len(counted))
     finally:
         await http_client.close_session()
+
+
+def add_rows(grouped: dict[str, EncodedRows], rows: list[dict[str, Any]]) -> None:
+    """Add rows (failures counted as zeros) to each agent's metric rows, keeping (task, rollout) order."""
+    for row in rows:
+        grouped.setdefault(agent_name_of(row), EncodedRows()).append(strip_row(row))
+    for encoded in grouped.values():
+        encoded.sort()

@@ -12,9 +12,10 @@ file is written by re-reading the rows in key order. Only the small stripped row
 
 from __future__ import annotations
 
+import asyncio
 import glob
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,13 +25,16 @@ from nemo_gym.jsonl import iter_jsonl_spans
 from nemo_gym.rollouts.aggregate import (
     agent_name_of,
     aggregate_metrics_path,
-    compute_metrics_now,
+    compute_metrics,
     sort_grouped,
     strip_row,
     write_metrics,
 )
 from nemo_gym.rollouts.collector import FAILURE_CLASS_KEY
+from nemo_gym.rollouts.counted_failures import counted_as_zero, latest_failures
 from nemo_gym.rollouts.materialize import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
+from nemo_gym.rollouts.outputs import failures_path
+from nemo_gym.transport import http_client
 
 SIDECAR_SUFFIXES = (
     "_failures.jsonl",
@@ -153,15 +157,44 @@ class AggregateResult:
     merged_path: Path | None
     metrics: list[dict[str, Any]]
     metrics_path: Path
+    counted_failures: int = 0
+    """Failed rollouts counted as reward 0 in the metrics (``count_failure_classes_as_zero``)."""
+
+
+AgentUrls = Mapping[str, str] | Callable[[str], "str | None"]
+"""Where each agent runs: a mapping, or a function of the agent's name (None: not running)."""
 
 
 def aggregate_shards(
-    input_glob: str | Sequence[str], output: Path, merge: bool = True, agent_urls: dict[str, str] | None = None
+    input_glob: str | Sequence[str],
+    output: Path,
+    merge: bool = True,
+    agent_urls: AgentUrls | None = None,
+    count_failure_classes_as_zero: Collection[str] = (),
+) -> AggregateResult:
+    """:func:`aggregate_shards_async` from synchronous code (the CLI), closing the HTTP session afterwards."""
+
+    async def run() -> AggregateResult:
+        try:
+            return await aggregate_shards_async(input_glob, output, merge, agent_urls, count_failure_classes_as_zero)
+        finally:
+            await http_client.close_session()
+
+    return asyncio.run(run())
+
+
+async def aggregate_shards_async(
+    input_glob: str | Sequence[str],
+    output: Path,
+    merge: bool = True,
+    agent_urls: AgentUrls | None = None,
+    count_failure_classes_as_zero: Collection[str] = (),
 ) -> AggregateResult:
     """Merge the shards into ``output`` (unless ``merge`` is false) and write ``<output stem>_aggregate_metrics.json``.
 
-    ``agent_urls`` (agent name -> base URL of a running agent) makes each agent compute its own metrics; without it
-    the default metrics are computed here.
+    ``agent_urls`` makes each running agent compute its own metrics; without it the default metrics are computed
+    here. ``count_failure_classes_as_zero`` adds the shards' failed rollouts of those classes to the metrics as zeros
+    (``rollouts/counted_failures.py``), read from each shard's failures file.
     """
     output = output.expanduser().resolve()
     selection = expand_globs(input_glob, exclude=[output])
@@ -175,11 +208,17 @@ def aggregate_shards(
                 continue
             index.add(file_index, line, offset, length, row)
             grouped.setdefault(agent_name_of(row), []).append(strip_row(row))
-    if not len(index):
+    counted = counted_as_zero(
+        latest_failures(failures_path(path) for path in selection.paths), count_failure_classes_as_zero, index.spans
+    )
+    for row in counted:
+        grouped.setdefault(agent_name_of(row), []).append(strip_row(row))
+    if not len(index) and not counted:
         raise ConfigError(f"the shards ({', '.join(str(p) for p in selection.paths)}) hold no rollout rows")
     if merge:
         index.write_sorted(output)
-    metrics = compute_metrics_now(sort_grouped(grouped), agent_urls)
+    urls = {a: u for a in grouped if (u := agent_urls(a))} if callable(agent_urls) else agent_urls
+    metrics = await compute_metrics(sort_grouped(grouped), dict(urls) if urls is not None else None)
     metrics_path = aggregate_metrics_path(output)
     write_metrics(metrics_path, metrics)
     return AggregateResult(
@@ -190,4 +229,5 @@ def aggregate_shards(
         merged_path=output if merge else None,
         metrics=metrics,
         metrics_path=metrics_path,
+        counted_failures=len(counted),
     )

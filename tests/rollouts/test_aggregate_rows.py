@@ -11,6 +11,7 @@ import orjson
 import pytest
 
 from nemo_gym.rollouts.aggregate import encoded_rows_by_agent, rows_by_agent
+from nemo_gym.rollouts.config import RolloutCollectionConfig
 from nemo_gym.transport import http_client
 
 
@@ -159,6 +160,8 @@ def test_a_run_hands_back_what_it_freed_before_it_asks_for_the_metrics(
     monkeypatch.setattr(run_module, "write_metrics", lambda *args: None)
     monkeypatch.setattr(run_module.heap, "release_freed_memory", lambda: events.append("released"))
     options = SimpleNamespace(output_path=path)
-    result = asyncio.run(run_module._collect_and_aggregate(None, {}, options, False))  # type: ignore[arg-type]
+    result = asyncio.run(
+        run_module._collect_and_aggregate(None, {}, options, RolloutCollectionConfig(output_jsonl_fpath=str(path)))
+    )  # type: ignore[arg-type]
     assert events == ["collected", "released", ("metrics", sorted(rows_by_agent([path])))]
     assert result.summary == "summary"

@@ -58,3 +58,34 @@ def test_the_face_and_gym_eval_run_classify_failures_alike(workdir: Path, extra_
     scored = [result for result in face if "_ng_failure_class" not in result]
     assert len(scored) == cli.summary.succeeded == ROWS - 6
     assert all(result["reward"] == result["expected_reward"] for result in scored)
+
+
+def test_gym_eval_run_and_aggregate_count_the_failures_asked_for_as_zeros(workdir: Path, extra_root: Path) -> None:
+    from nemo_gym.cli.main import main
+
+    data = write_dataset(workdir / "data.jsonl", ROWS)
+    output = workdir / "out" / "rollouts.jsonl"
+    settings = RolloutCollectionConfig(
+        output_jsonl_fpath=str(output), input_jsonl_fpath=str(data), agent_name="rollout_test_agent",
+        num_samples_in_parallel=4, count_failure_classes_as_zero=["judge_failed", "verifier_error"],
+    )  # fmt: skip
+    with running_servers(stack_overrides(workdir, f"{ENV}.fail_every=3", f"{ENV}.judge_fail_every=4")) as run:
+        result = run_collection(settings, run.config, show_progress=False)
+
+    scored = [json.loads(line) for line in output.read_text().splitlines()]
+    failures = [json.loads(line) for line in result.summary.failures_path.read_text().splitlines()]
+    assert len(scored) == ROWS - 6 and len(failures) == 6 and result.counted_failures == 6  # the files: unchanged
+    assert all(row["_ng_failure_http_status"] == 502 for row in failures if row["_ng_failure_class"] == "verify_failed")
+    expected_mean = sum(row["reward"] for row in scored) / ROWS  # the six failures count as 0
+    assert result.metrics is not None
+    assert result.metrics[0]["agent_metrics"]["mean/reward"] == pytest.approx(expected_mean)
+    assert result.metrics[0]["agent_metrics"]["num_rollouts"] == ROWS
+
+    merged = workdir / "merged.jsonl"  # the same count from the files alone, by class this time
+    argv = ["eval", "aggregate", "--input-glob", str(output), "-o", str(merged), "--count-failures-as-zero"]
+    assert main([*argv, "judge_failed", "verify_failed"]) == 0
+    offline = json.loads((workdir / "merged_aggregate_metrics.json").read_text())
+    assert offline[0]["agent_metrics"]["mean/reward"] == pytest.approx(expected_mean)
+    assert main([*argv[:-1]]) == 0  # without the setting: the scored rollouts only
+    plain = json.loads((workdir / "merged_aggregate_metrics.json").read_text())
+    assert plain[0]["agent_metrics"]["mean/reward"] == pytest.approx(sum(r["reward"] for r in scored) / len(scored))

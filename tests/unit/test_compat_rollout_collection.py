@@ -14,10 +14,13 @@ from omegaconf import OmegaConf
 
 import nemo_gym.rollout_collection
 from nemo_gym.config.server_models import BaseServerConfig
-from nemo_gym.errors import ConfigError
+from nemo_gym.errors import ConfigError, NeMoGymError
 from nemo_gym.rollout_collection import (
     NG_FAILURE_CLASS_KEY,
     NG_TERMINAL_KEY,
+    NoRolloutResultError,
+    RolloutAggregationConfig,
+    RolloutAggregationHelper,
     RolloutCollectionConfig,
     RolloutCollectionHelper,
     ServerClient,
@@ -244,3 +247,61 @@ async def test_resume_retries_terminal_timeouts_and_invalid_judge_answers_only_w
     results = await InProcess().run_from_config(opted_in)
     assert sorted(runs) == ["judged", "slow"]
     assert [r["reward"] for r in results] == [1.0, 1.0]
+
+
+class _Local(RolloutCollectionHelper):
+    """The in-process agent as the client; metrics computed here (the agent is not in any config)."""
+
+    def __init__(self) -> None:
+        super().__init__(_InProcessAgent())  # type: ignore[arg-type]
+
+
+async def test_a_run_where_no_rollout_produced_a_result_raises_and_writes_no_metrics(
+    tmp_path: Path, config_reads: list[int]
+) -> None:
+    config = _config(tmp_path, "crash", "crash")
+    with pytest.raises(RuntimeError, match="None of the 2 dispatched rollouts produced a result") as raised:
+        await _Local().run_from_config(config)
+    assert isinstance(raised.value, NoRolloutResultError) and isinstance(raised.value, NeMoGymError)
+    output = Path(config.output_jsonl_fpath)
+    assert output.read_bytes() == b""  # the files are there, empty: nothing was scored
+    failures = _lines(output.with_name("rollouts_failures.jsonl"))
+    assert [(row[NG_FAILURE_CLASS_KEY], row["failure_kind"]) for row in failures] == [
+        ("agent_error", "agent_run_error")
+    ] * 2
+    assert all(row["_ng_failure_http_status"] == 500 and "agent crashed" in row["_ng_failure_response_body"]
+               for row in failures)  # fmt: skip
+    assert not output.with_name("rollouts_aggregate_metrics.json").exists()
+
+
+async def test_failures_counted_as_zero_enter_the_metrics_only_and_aggregation_agrees(
+    tmp_path: Path, config_reads: list[int]
+) -> None:
+    # by kind (agent_run_error: the agent crashed) and by class (remote_error: what the agent itself reported)
+    config = _config(
+        tmp_path, "ok", "crash", "remote failed", "ok",
+        count_failure_classes_as_zero=["agent_run_error", "remote_error"],
+    )  # fmt: skip
+    returned = await _Local().run_from_config(config)
+    output = Path(config.output_jsonl_fpath)
+    assert [r["echo"] for r in returned] == ["ok", "ok"] and len(_lines(output)) == 2  # the files are unchanged
+    assert len(_lines(output.with_name("rollouts_failures.jsonl"))) == 2
+    online = json.loads(output.with_name("rollouts_aggregate_metrics.json").read_text())
+    assert online[0]["agent_metrics"]["mean/reward"] == 0.5  # (1 + 0 + 0 + 1) / 4
+    assert online[0]["agent_metrics"]["num_rollouts"] == 4
+
+    merged = tmp_path / "merged" / "all.jsonl"
+    metrics_path = await RolloutAggregationHelper(_InProcessAgent()).run_from_config(  # type: ignore[arg-type]
+        RolloutAggregationConfig(
+            input_glob=str(output), output_jsonl_fpath=str(merged),
+            count_failure_classes_as_zero=config.count_failure_classes_as_zero,
+        )
+    )  # fmt: skip
+    assert json.loads(metrics_path.read_text()) == online
+    assert merged.read_bytes() == output.read_bytes()
+
+    (tmp_path / "b").mkdir()
+    only_crashes = _config(tmp_path / "b", "crash", count_failure_classes_as_zero=["agent_error"])
+    assert await _Local().run_from_config(only_crashes) == []  # a counted failure is a score: no error
+    metrics = json.loads(Path(only_crashes.output_jsonl_fpath).with_name("rollouts_aggregate_metrics.json").read_text())
+    assert metrics[0]["agent_metrics"]["mean/reward"] == 0.0

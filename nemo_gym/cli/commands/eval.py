@@ -53,6 +53,9 @@ RUN_FLAGS = (
     Flag(("--max-output-tokens",), "output token limit for every row",
          field="responses_create_params.max_output_tokens", value_type=int, minimum=1),
     Flag(("--disable-aggregation",), "do not compute aggregate metrics", field="disable_aggregation", switch=True),
+    Flag(("--count-failures-as-zero",), "failure classes or kinds counted as reward 0 in the aggregate metrics "
+         "(e.g. agent_run_error); the files are unchanged", field="count_failure_classes_as_zero", metavar="CLASS",
+         many=True),
     Flag(("--server-down-deadline",), "seconds to wait for a server that went down (rollouts paused, its failures "
          f"not charged) before stopping the run; --resume continues it (default {DEFAULT_SERVER_DOWN_DEADLINE_S:g})",
          field="server_down_deadline_seconds", metavar="SECONDS", value_type=float, minimum=0.001),
@@ -165,7 +168,8 @@ def _run_reporting(collect: Callable[[], Any], settings: Any, stderr: GymConsole
     if summary.failed:
         stderr.print(f"  failures:            {failures_path(output)}  (retry them with --resume)", markup=False)
     if result.metrics_path:
-        stderr.print(f"  aggregate metrics:   {result.metrics_path}", markup=False)
+        counted = f"  ({result.counted_failures} failures counted as 0)" if result.counted_failures else ""
+        stderr.print(f"  aggregate metrics:   {result.metrics_path}{counted}", markup=False)
     stderr.print(f"  look at them:        gym view {shlex.quote(str(output))}", markup=False)
     sys.stderr.flush()
     return 0 if not summary.failed else EXIT_SOME_ROLLOUTS_FAILED
@@ -177,6 +181,9 @@ AGGREGATE_FLAGS = (
     Flag(("--output", "-o"), "merged rollouts file (metrics: <stem>_aggregate_metrics.json)",
          field="output_jsonl_fpath", metavar="PATH"),
     Flag(("--no-merge",), "only compute the metrics, do not write the merged file", switch=True),
+    Flag(("--count-failures-as-zero",), "failure classes or kinds counted as reward 0 in the aggregate metrics "
+         "(e.g. agent_run_error); the files are unchanged", field="count_failure_classes_as_zero", metavar="CLASS",
+         many=True),
     Flag(("--servers",), "ask the running agents' /aggregate_metrics (environment-specific metrics); found via the "
          "head server of `gym env start`", switch=True),
 )  # fmt: skip
@@ -252,6 +259,7 @@ def aggregate(invocation: Invocation) -> int:
         Path(settings.output_jsonl_fpath),
         merge=settings.merge_shards and not invocation.get("no_merge"),
         agent_urls=urls,
+        count_failure_classes_as_zero=settings.count_failure_classes_as_zero,
     )
     if urls is not None:
         local = sorted(e["agent_ref"]["name"] for e in result.metrics if e["agent_ref"]["name"] not in urls)
@@ -265,6 +273,12 @@ def aggregate(invocation: Invocation) -> int:
         console.print(f"skipped (sidecar or output files): {', '.join(str(p) for p in result.skipped)}", markup=False)
     if result.skipped_failure_rows:
         console.print(f"skipped {result.skipped_failure_rows} failure record(s): failures are never metrics")
+    if settings.count_failure_classes_as_zero:
+        console.print(
+            f"counted {result.counted_failures} failed rollout(s) as 0 in the metrics "
+            f"({', '.join(settings.count_failure_classes_as_zero)})",
+            markup=False,
+        )
     if result.merged_path:
         console.print(f"  merged rollouts:   {result.merged_path}", markup=False)
     console.print(f"  aggregate metrics: {result.metrics_path}", markup=False)
