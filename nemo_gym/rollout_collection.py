@@ -194,6 +194,12 @@ class RolloutCollectionHelper:
             inputs = {_rollout_key(row): row for _, row in _iter_jsonl(materialized.path)}
             scored = sorted(results + counted, key=_rollout_key)
             await self._call_aggregate_metrics(scored, [inputs.get(_rollout_key(r), r) for r in scored], output)
+            if not config.disable_health_check:
+                from nemo_gym.health.report import check_after_run, format_health_report
+
+                health = check_after_run(output, config.health_check_workers, config.health_check_ignored_checks)
+                if health is not None:
+                    print(format_health_report(health))
         return results
 
     async def _call_aggregate_metrics(

@@ -328,6 +328,16 @@ def _order(digest: RolloutDigest) -> tuple[tuple[int, Any], ...]:
     return tuple((0, v) if isinstance(v, int) else (1, str(v)) for v in (digest.task_index, digest.rollout_index))
 
 
+SERIAL_BELOW_ROLLOUTS = 2_000
+"""Below this many rollouts the checks run in this process: starting worker processes costs more than they save."""
+
+
+def default_workers(rollouts: int) -> int:
+    """Worker processes for ``rollouts`` lines when none are asked for: one below :data:`SERIAL_BELOW_ROLLOUTS`,
+    else a process per CPU, at most 8."""
+    return 1 if rollouts < SERIAL_BELOW_ROLLOUTS else min(os.cpu_count() or 1, 8)
+
+
 def run_health_checks(
     rollout_paths: Path | Sequence[Path],
     *,
@@ -336,7 +346,7 @@ def run_health_checks(
     ignored_checks: Sequence[str] = (),
 ) -> HealthCheckResult:
     """Check every rollout of the given JSONL files and write both reports (to ``output_dir``, else beside the first
-    file). ``workers``: processes for the per-rollout map (default: up to 8)."""
+    file). ``workers``: processes for the per-rollout map (default: :func:`default_workers`)."""
     given: Sequence[str | Path] = [rollout_paths] if isinstance(rollout_paths, (str, Path)) else rollout_paths
     ignored = frozenset(normalize_ignored_checks(ignored_checks))
     paths = [Path(path) for path in given]
@@ -345,10 +355,12 @@ def run_health_checks(
     for path in paths:
         if not path.is_file():
             raise FileNotFoundError(f"rollout JSONL not found: {path}")
-    count_workers = workers if workers is not None else min(os.cpu_count() or 1, 8)
+    items = _lines(paths, ignored)
+    count_workers = workers if workers is not None else default_workers(len(items))
     if count_workers < 1:
         raise ValueError("workers must be at least 1")
-    digests = _map(_lines(paths, ignored), count_workers)
+    digests = _map(items, count_workers)
     summary = _summary(digests, ignored)
+    summary["run"]["rollouts_files"] = [path.name for path in paths]  # which run the reports are of (the viewer asks)
     summary_path, verdicts_path = _write(summary, digests, output_dir or paths[0].parent)
     return HealthCheckResult(summary=summary, rollouts=digests, summary_path=summary_path, verdicts_path=verdicts_path)

@@ -69,6 +69,16 @@ class RolloutCollectionConfig(BaseNeMoGymCLIConfig):
     )
     disable_aggregation: bool = Field(default=False, description="Skip aggregate metrics (--disable-aggregation).")
     count_failure_classes_as_zero: list[str] = Field(default_factory=list, description=COUNT_FAILURES_DESCRIPTION)
+    disable_health_check: bool = Field(
+        default=False, description="Skip the rollout health checks after the run (--no-health-check)."
+    )
+    health_check_workers: int | None = Field(
+        default=None, ge=1, description="Processes for the health checks (default: health/run.py default_workers)."
+    )
+    health_check_ignored_checks: list[str] = Field(
+        default_factory=list,
+        description="Health-check ids left out of the checks and verdicts (--health-check-ignore).",
+    )
     num_repeats_add_seed: bool = Field(default=False, description="Seed each repeat with its rollout index.")
     rollout_timeout_seconds: float = Field(default=3600.0, gt=0, description="Deadline of one rollout.")
     server_down_deadline_seconds: float = Field(
@@ -95,6 +105,13 @@ class RolloutCollectionConfig(BaseNeMoGymCLIConfig):
         if self.environment_routing_mode == "taskset" and not self.environment_server_routes:
             raise ValueError("environment_routing_mode=taskset needs environment_server_routes")
         return self
+
+    @field_validator("health_check_ignored_checks", mode="before")
+    @classmethod
+    def _known_checks(cls, value: Any) -> Any:
+        from nemo_gym.health.checks import normalize_ignored_checks
+
+        return list(normalize_ignored_checks(value))
 
     @field_validator("num_repeats", mode="before")
     @classmethod

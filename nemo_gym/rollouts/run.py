@@ -7,7 +7,7 @@ import gc
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig
 
@@ -36,6 +36,9 @@ from nemo_gym.rollouts.materialize import Materialized
 from nemo_gym.rollouts.routing import Routes, routes_for
 from nemo_gym.transport import heap, http_client
 
+if TYPE_CHECKING:
+    from nemo_gym.health.run import HealthCheckResult
+
 
 @dataclass
 class RunResult:
@@ -45,6 +48,8 @@ class RunResult:
     metrics_path: Path | None
     counted_failures: int = 0
     """Failed rollouts counted as reward 0 in the metrics (``count_failure_classes_as_zero``)."""
+    health: HealthCheckResult | None = None
+    """The rollout health checks over the run's rollouts (``health/report.py``), unless turned off."""
 
 
 def agent_urls(config: ComposedConfig | DictConfig) -> dict[str, str]:
@@ -127,7 +132,12 @@ def run_collection(
         routes=run_routes(settings, composed),
     )
     with asyncio.Runner(loop_factory=collector_loop_factory()) as runner:
-        return runner.run(_collect_and_aggregate(materialized, urls, options, settings))
+        result = runner.run(_collect_and_aggregate(materialized, urls, options, settings))
+    if not settings.disable_aggregation and not settings.disable_health_check:
+        from nemo_gym.health.report import check_after_run
+
+        result.health = check_after_run(output, settings.health_check_workers, settings.health_check_ignored_checks)
+    return result
 
 
 COLLECTOR_GC_GEN0_THRESHOLD = 20_000

@@ -115,7 +115,7 @@ async def overview(request: Request) -> Response:
         plots.histogram("Turns per rollout", [float(t) for t in index.turns[:n]], "turns"),
     ]  # fmt: skip
     return _page(request, "overview.html", title=run.name, run=run, summary=run.overview(), metrics=run.metrics(),
-                 figures=figures)  # fmt: skip
+                 figures=figures, health=run.health.overview())  # fmt: skip
 
 
 async def rollout_list(request: Request) -> Response:
@@ -144,9 +144,11 @@ def _entry(request: Request) -> tuple[Run, str, int]:
 async def rollout_page(request: Request) -> Response:
     run, kind, i = _entry(request)
     row = run.index_of(kind).row(i)
+    entry = run.summary(kind, i)
+    health = run.health.of_rollout(entry["task"], entry["rollout"]) if kind == ROLLOUT else None
     return _page(request, "rollout.html", title=f"{run.name} #{i}", run=run, kind=kind, row_number=i,
-                 entry=run.summary(kind, i), items=trajectory.items(row), fields=trajectory.fields(row),
-                 usage=trajectory.usage(row))  # fmt: skip
+                 entry=entry, items=trajectory.items(row), fields=trajectory.fields(row),
+                 usage=trajectory.usage(row), health=health)  # fmt: skip
 
 
 async def rollout_raw(request: Request) -> Response:

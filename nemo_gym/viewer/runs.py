@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from nemo_gym.errors import ConfigError
+from nemo_gym.viewer.health import RunHealth
 from nemo_gym.viewer.index import LineIndex
 
 ROLLOUT = "r"
@@ -72,6 +73,7 @@ class Run:
         self.rollouts = LineIndex(path)
         self.failures = LineIndex(path.with_name(f"{path.stem}_failures.jsonl"))
         self.metrics_path = path.with_name(f"{path.stem}_aggregate_metrics.json")
+        self.health = RunHealth(path)
         self._metrics: tuple[float, list[dict[str, Any]]] | None = None
         self._metrics_lock = threading.Lock()
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from fastapi import HTTPException, Request, Response
@@ -38,6 +38,9 @@ from nemo_gym.config_types import AggregateMetrics, AggregateMetricsRequest, Mod
 from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParamsNonStreaming
 from nemo_gym.tool_access import DirectHTTPToolAccess
 from nemo_gym.transport.http_client import TransportError, cookies_from, raise_for_status, response_json
+
+if TYPE_CHECKING:
+    from nemo_gym.observability.agent_turns import AgentTurns
 
 RESERVED_ROUTES = frozenset({"seed_session", "verify", "aggregate_metrics", "reverify_mode"})
 _TOOL_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
@@ -94,8 +97,21 @@ class SimpleAgent(SimpleResponsesAPIAgent):
         resources = self.config.resources_server.name
         await self.seed_rollout(resources, row, cookies)
 
-        final = await self.run_loop(row["responses_create_params"], cookies)
-        return await self.verify_rollout(resources, row, final, cookies)
+        if not self._model_call_capture_enabled():
+            final = await self.run_loop(row["responses_create_params"], cookies)
+            return await self.verify_rollout(resources, row, final, cookies)
+        # capture on: this rollout's model calls go to /ng-rollout/<id>/v1/responses, where the model server records
+        # them, and the result names each turn's call, so the collector joins the two into its ng_trajectory
+        from nemo_gym.observability.agent_turns import AgentTurns
+        from nemo_gym.observability.capture import TRAJECTORY_KEY
+
+        turns = AgentTurns(self.config.model_server.name)
+        model_path = self.url_path_for_run("/v1/responses", body)
+        final = await self.run_loop(row["responses_create_params"], cookies, model_path, turns)
+        verified = await self.verify_rollout(resources, row, final, cookies)
+        result = orjson.loads(verified.body)
+        result.setdefault(TRAJECTORY_KEY, turns.trajectory(row))
+        return Response(content=orjson.dumps(result), media_type="application/json")
 
     @forwards_aggregate_metrics
     async def aggregate_metrics(self, body: AggregateMetricsRequest) -> AggregateMetrics:
@@ -103,12 +119,17 @@ class SimpleAgent(SimpleResponsesAPIAgent):
         return await self.resources_server_metrics(self.config.resources_server.name, body)
 
     async def run_loop(
-        self, params: dict[str, Any], cookies: dict[str, str], model_path: str = "/v1/responses"
+        self,
+        params: dict[str, Any],
+        cookies: dict[str, str],
+        model_path: str = "/v1/responses",
+        turns: AgentTurns | None = None,
     ) -> dict[str, Any]:
         """Run the tool loop for one set of create params; returns the final Responses object as a dict.
 
         Its ``output`` holds every item produced after the original input (model items and tool outputs, in order)
-        and its ``usage`` sums all model calls. ``cookies`` is updated in place with every server's session cookie.
+        and its ``usage`` sums all model calls. ``cookies`` is updated in place with every server's session cookie;
+        ``turns``, when given, gets each model answer.
         """
         original_input = params.get("input", [])
         if isinstance(original_input, str):
@@ -124,6 +145,8 @@ class SimpleAgent(SimpleResponsesAPIAgent):
             raise_for_status(answer, model, model_path)
             cookies.update(cookies_from(answer))
             last = await response_json(answer)
+            if turns is not None:
+                turns.add(last)
             outputs = last.get("output") or []
             new_outputs.extend(outputs)
             usage = add_usage(usage, last.get("usage"))

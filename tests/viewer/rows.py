@@ -68,3 +68,21 @@ def run_files(folder: Path, name: str, rewards: dict[int, float], failures: int 
                 "key_metrics": {"mean/reward": mean, "pass@1": mean}, "group_level_metrics": []}]  # fmt: skip
     (folder / f"{name}_aggregate_metrics.json").write_text(json.dumps(metrics))
     return path
+
+
+def with_turn(row: dict[str, Any], hollow: bool) -> dict[str, Any]:
+    """``row`` with an ``ng_trajectory`` of one turn backed by its captured model call; a hollow turn says nothing."""
+    task, index = row["_ng_task_index"], row["_ng_rollout_index"]
+    usage = row["response"]["usage"]
+    call = {
+        "model_call_id": f"call-{task}",
+        "response": {"output": []},
+        "response_metadata": {"response_id": f"resp-{task}", "model_ref": {"type": "responses_api_models",
+                              "name": "policy"}, "status_code": 200},
+        "token_stats": {"prompt_tokens": usage["input_tokens"], "completion_tokens": usage["output_tokens"]},
+    }  # fmt: skip
+    answer = [] if hollow else row["response"]["output"][-1:]
+    ids = {"task_id": str(task), "rollout_id": f"{task}-{index}"}
+    turn = {"invocation_id": "root", **ids, "turn_no": 1, "timestamp": 1.0, "answer": answer, "step_count": 1,
+            "model_calls": [{"model_call_id": f"call-{task}"}]}  # fmt: skip
+    return row | {"ng_trajectory": {**ids, "turns": [turn], "model_calls": [call]}}

@@ -149,3 +149,33 @@ def test_a_hostile_rollout_is_shown_as_text_and_runs_nothing(tmp_path: Path, sta
     assert HOSTILE in message
     assert HOSTILE in browser.find_element(By.CSS_SELECTOR, "table.fields").text
     shots(browser, "trajectory")
+
+
+def test_the_health_checks_verdicts_on_the_overview_and_each_trajectory(
+    tmp_path: Path, start_viewer, browser, shots
+) -> None:
+    from nemo_gym.cli.main import main
+
+    By = _by()
+    path = tmp_path / "run" / "rollouts.jsonl"
+    path.parent.mkdir()
+    lines = [rows.with_turn(rows.rollout(task, 0, 1.0, "It is cold."), hollow=task == 1) for task in range(3)]
+    rows.write(path, lines)
+    assert main(["eval", "health-check", str(path.parent)]) == 0  # the real command writes the reports
+    viewer = start_viewer(path)
+    browser.get(viewer.url + "/")
+    assert browser.find_element(By.ID, "health-healthy").text == "2"
+    assert browser.find_element(By.ID, "health-unhealthy").text == "1"
+    assert browser.find_element(By.ID, "health-findings").text == "agent_turn_hollow 1"
+    shots(browser, "1-health-overview")
+
+    browser.get(viewer.url + "/run/0/r/1")
+    _wait(browser, lambda d: d.find_elements(By.ID, "health-verdict"))
+    assert browser.find_element(By.ID, "health-verdict").text == "unhealthy"
+    finding = browser.find_element(By.ID, "health-findings").text
+    assert "agent_turn_hollow" in finding and "agent turn has no message or tool calls" in finding
+    shots(browser, "2-health-trajectory")
+    browser.get(viewer.url + "/run/0/r/0")
+    _wait(browser, lambda d: d.find_elements(By.ID, "health-verdict"))
+    assert browser.find_element(By.ID, "health-verdict").text == "healthy"
+    assert not browser.find_elements(By.ID, "health-findings")

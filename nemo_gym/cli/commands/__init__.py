@@ -1,7 +1,18 @@
 """Every ``gym`` command, grouped as on the command line. A command appears here only once it works."""
 
 from nemo_gym.cli.command import Command
-from nemo_gym.cli.commands import authoring, catalog, dataset, dataset_registry, env, eval, launch, train, view
+from nemo_gym.cli.commands import (
+    authoring,
+    catalog,
+    dataset,
+    dataset_registry,
+    env,
+    eval,
+    health,
+    launch,
+    train,
+    view,
+)
 
 GROUP_HELP = {
     "dataset": "validate, collate, render and export datasets (SFT/DPO); upload and download them (hf, gitlab, local)",
@@ -17,6 +28,7 @@ ALL_COMMANDS: tuple[Command, ...] = (
     *launch.COMMANDS,
     *authoring.COMMANDS,
     *eval.COMMANDS,
+    *health.COMMANDS,
     *catalog.COMMANDS,
     *dataset.COMMANDS,
     *dataset_registry.COMMANDS,

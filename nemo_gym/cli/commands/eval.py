@@ -56,6 +56,10 @@ RUN_FLAGS = (
     Flag(("--count-failures-as-zero",), "failure classes or kinds counted as reward 0 in the aggregate metrics "
          "(e.g. agent_run_error); the files are unchanged", field="count_failure_classes_as_zero", metavar="CLASS",
          many=True),
+    Flag(("--no-health-check",), "skip the rollout health checks after the run", field="disable_health_check",
+         switch=True),
+    Flag(("--health-check-ignore",), "health-check ids to leave out (comma-separated)",
+         field="health_check_ignored_checks", metavar="CHECK[,CHECK...]"),
     Flag(("--server-down-deadline",), "seconds to wait for a server that went down (rollouts paused, its failures "
          f"not charged) before stopping the run; --resume continues it (default {DEFAULT_SERVER_DOWN_DEADLINE_S:g})",
          field="server_down_deadline_seconds", metavar="SECONDS", value_type=float, minimum=0.001),
@@ -170,6 +174,10 @@ def _run_reporting(collect: Callable[[], Any], settings: Any, stderr: GymConsole
     if result.metrics_path:
         counted = f"  ({result.counted_failures} failures counted as 0)" if result.counted_failures else ""
         stderr.print(f"  aggregate metrics:   {result.metrics_path}{counted}", markup=False)
+    if result.health is not None:
+        from nemo_gym.health.report import format_health_report
+
+        stderr.print(format_health_report(result.health), markup=False)
     stderr.print(f"  look at them:        gym view {shlex.quote(str(output))}", markup=False)
     sys.stderr.flush()
     return 0 if not summary.failed else EXIT_SOME_ROLLOUTS_FAILED
