@@ -13,10 +13,11 @@ import math
 import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
@@ -26,6 +27,9 @@ from starlette.staticfiles import StaticFiles
 from nemo_gym.viewer import plots, trajectory
 from nemo_gym.viewer.compare import PASS_AT, compare, differing_inputs, rollouts_of_task
 from nemo_gym.viewer.runs import FAILURE, ROLLOUT, Filters, Run
+
+if TYPE_CHECKING:
+    from nemo_gym.run_comparison import Comparison
 
 HERE = Path(__file__).parent
 PAGE_SIZE = 50
@@ -173,8 +177,21 @@ async def compare_page(request: Request) -> Response:
     deltas = compare(before, after)
     flipped = [d for d in deltas if d.change in ("fixed", "broken")]
     differing = differing_inputs(before, after, deltas)
+    numbers, refused = await run_in_threadpool(_statistics, before, after)
     return _page(request, "compare.html", title="compare", before=before, after=after, deltas=deltas,
-                 flipped=flipped, pass_at=PASS_AT, differing=differing)  # fmt: skip
+                 flipped=flipped, pass_at=PASS_AT, differing=differing, stats=numbers, refused=refused)  # fmt: skip
+
+
+def _statistics(before: Run, after: Run) -> tuple[Comparison | None, str | None]:
+    """``gym eval compare``'s numbers for the pair, from the same code (a worker thread: it reads both files whole);
+    or, for runs of different tasks, the line it refuses them with."""
+    from nemo_gym.rollouts.compare import read_run
+    from nemo_gym.run_comparison import TaskMismatchError, compare_runs
+
+    try:
+        return compare_runs(read_run(before.path), read_run(after.path)), None
+    except TaskMismatchError as error:
+        return None, str(error)
 
 
 async def compare_task(request: Request) -> Response:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -105,6 +106,31 @@ def test_compare_two_runs_shows_the_flipped_tasks(tmp_path: Path, start_viewer, 
         for row in browser.find_elements(By.CSS_SELECTOR, "#deltas tbody tr")
     ]
     assert tasks == ["3", "2", "1", "0"]
+    # the statistics are gym eval compare's: the page shows the numbers of its report on the same two files
+    from nemo_gym.cli.main import main
+
+    args = ["--candidates", str(after), "-o", str(tmp_path / "report"), "--report-format", "json"]
+    assert main(["eval", "compare", "--baseline", str(before), *args]) == 0
+    [report] = json.loads((tmp_path / "report" / "compare_report.json").read_text())["comparisons"]
+    shown = {
+        name: browser.find_element(By.ID, name).text
+        for name in (
+            "baseline-mean",
+            "candidate-mean",
+            "mean-difference",
+            "ci-low",
+            "ci-high",
+            "fail-to-pass",
+            "pass-to-fail",
+        )
+    }
+    assert shown == {
+        "baseline-mean": f"{report['baseline_mean']:.4f}", "candidate-mean": f"{report['candidate_mean']:.4f}",
+        "mean-difference": f"{report['mean_difference']:+.4f}", "ci-low": f"{report['ci_low']:+.4f}",
+        "ci-high": f"{report['ci_high']:+.4f}", "fail-to-pass": str(len(report["fail_to_pass"])),
+        "pass-to-fail": str(len(report["pass_to_fail"])),
+    }  # fmt: skip
+    assert (shown["mean-difference"], shown["fail-to-pass"], shown["pass-to-fail"]) == ("+0.0000", "1", "1")
     shots(browser, "2-compare")
 
     browser.find_element(By.CSS_SELECTOR, "a.button.fixed").click()
