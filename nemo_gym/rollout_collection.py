@@ -72,7 +72,7 @@ from nemo_gym.rollouts.materialize import rollout_key as _rollout_key
 from nemo_gym.rollouts.routing import environment_server_for_agent as _environment_server_for_agent
 from nemo_gym.rollouts.routing import episode_record as _episode_record
 from nemo_gym.rollouts.run import run_servers as _run_servers
-from nemo_gym.rollouts.shards import aggregate_shards_async as _aggregate_shards_async
+from nemo_gym.rollouts.shards import aggregate_shards as _aggregate_shards
 from nemo_gym.row_fields import FAILURE_CLASS_KEY as NG_FAILURE_CLASS_KEY
 from nemo_gym.row_fields import FAILURE_TERMINAL_KEY as NG_TERMINAL_KEY
 from nemo_gym.row_fields import NO_PERSIST_KEY as NG_NO_PERSIST_KEY
@@ -310,7 +310,7 @@ class RolloutAggregationHelper:
     async def run_from_config(self, config: RolloutAggregationConfig) -> Path:
         """Write ``config.output_jsonl_fpath`` (unless ``merge_shards`` is false) and the metrics beside it; returns
         the metrics file."""
-        result = await _aggregate_shards_async(
+        result = await _aggregate_shards(
             config.input_glob, Path(config.output_jsonl_fpath), config.merge_shards, self._agent_url,
             config.count_failure_classes_as_zero,
         )  # fmt: skip

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Coroutine, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from rich.console import Console
@@ -26,6 +26,7 @@ from nemo_gym.rollouts.outputs import aggregate_metrics_path as aggregate_metric
 from nemo_gym.transport import http_client
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 HEAVY_FIELDS = frozenset({"response", "responses_create_params", OBSERVATIONS_KEY, CAPTURE_KEY, TRAJECTORY_KEY})
 """Left out of the rows ``/aggregate_metrics`` gets, as NeMo Gym leaves them out: the trajectory and the create params,
@@ -195,11 +196,16 @@ def sort_grouped(grouped: dict[str, list[dict[str, Any]]]) -> dict[str, list[dic
 def compute_metrics_now(
     grouped: dict[str, list[dict[str, Any]]], agent_urls: dict[str, str] | None = None
 ) -> list[dict[str, Any]]:
-    """:func:`compute_metrics` from synchronous code (the CLI tools), closing the HTTP session afterwards."""
+    """:func:`compute_metrics` from synchronous code (the CLI tools)."""
+    return run_now(compute_metrics(grouped, agent_urls))
 
-    async def run() -> list[dict[str, Any]]:
+
+def run_now(work: Coroutine[Any, Any, T]) -> T:
+    """Run ``work`` from synchronous code (the CLI tools), closing the HTTP session afterwards."""
+
+    async def run() -> T:
         try:
-            return await compute_metrics(grouped, agent_urls)
+            return await work
         finally:
             await http_client.close_session()
 

@@ -12,7 +12,6 @@ file is written by re-reading the rows in key order. Only the small stripped row
 
 from __future__ import annotations
 
-import asyncio
 import glob
 import os
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -34,7 +33,6 @@ from nemo_gym.rollouts.collector import FAILURE_CLASS_KEY
 from nemo_gym.rollouts.counted_failures import counted_as_zero, latest_failures
 from nemo_gym.rollouts.materialize import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
 from nemo_gym.rollouts.outputs import failures_path
-from nemo_gym.transport import http_client
 
 SIDECAR_SUFFIXES = (
     "_failures.jsonl",
@@ -165,25 +163,7 @@ AgentUrls = Mapping[str, str] | Callable[[str], "str | None"]
 """Where each agent runs: a mapping, or a function of the agent's name (None: not running)."""
 
 
-def aggregate_shards(
-    input_glob: str | Sequence[str],
-    output: Path,
-    merge: bool = True,
-    agent_urls: AgentUrls | None = None,
-    count_failure_classes_as_zero: Collection[str] = (),
-) -> AggregateResult:
-    """:func:`aggregate_shards_async` from synchronous code (the CLI), closing the HTTP session afterwards."""
-
-    async def run() -> AggregateResult:
-        try:
-            return await aggregate_shards_async(input_glob, output, merge, agent_urls, count_failure_classes_as_zero)
-        finally:
-            await http_client.close_session()
-
-    return asyncio.run(run())
-
-
-async def aggregate_shards_async(
+async def aggregate_shards(
     input_glob: str | Sequence[str],
     output: Path,
     merge: bool = True,

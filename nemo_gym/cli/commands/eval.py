@@ -252,7 +252,7 @@ def _inputs_path(settings: Any) -> Path:
 
 def aggregate(invocation: Invocation) -> int:
     from nemo_gym.config.compose import ComposeOptions, compose
-    from nemo_gym.rollouts.aggregate import print_key_metrics
+    from nemo_gym.rollouts.aggregate import print_key_metrics, run_now
     from nemo_gym.rollouts.config import AggregateRolloutsConfig
     from nemo_gym.rollouts.run import agent_urls
     from nemo_gym.rollouts.shards import aggregate_shards
@@ -262,12 +262,14 @@ def aggregate(invocation: Invocation) -> int:
     urls = None
     if invocation.get("servers"):
         urls = agent_urls(_head_server_config(composed))
-    result = aggregate_shards(
-        settings.input_glob,
-        Path(settings.output_jsonl_fpath),
-        merge=settings.merge_shards and not invocation.get("no_merge"),
-        agent_urls=urls,
-        count_failure_classes_as_zero=settings.count_failure_classes_as_zero,
+    result = run_now(
+        aggregate_shards(
+            settings.input_glob,
+            Path(settings.output_jsonl_fpath),
+            merge=settings.merge_shards and not invocation.get("no_merge"),
+            agent_urls=urls,
+            count_failure_classes_as_zero=settings.count_failure_classes_as_zero,
+        )
     )
     if urls is not None:
         local = sorted(e["agent_ref"]["name"] for e in result.metrics if e["agent_ref"]["name"] not in urls)
