@@ -32,12 +32,30 @@ HANG_GUARD_S = 120.0
 OBJECT_STORE_BYTES = 100 * 1024 * 1024
 
 
-def _free_ports(count: int) -> list[int]:
-    """Distinct free ports outside the ephemeral range, which outgoing connections take ports from."""
+WORKER_PORTS = 41
+"""Ports of one node's worker range (``--min-worker-port`` .. ``--max-worker-port``)."""
+
+
+def _free_ports(count: int, taken: list[int]) -> list[int]:
+    """Free ports outside the ephemeral range (which outgoing connections take ports from), distinct from ``taken``
+    and from each other; they are added to ``taken``, so every port of one cluster is different."""
     ports: list[int] = []
     for _ in range(count):
-        ports.append(probe_free_port(disallowed=ports))
+        ports.append(probe_free_port(disallowed=taken))
+        taken.append(ports[-1])
     return ports
+
+
+def _worker_ports(taken: list[int]) -> list[str]:
+    """A node's worker port range, none of whose ports is in ``taken`` (Ray refuses a node whose components share a
+    port, as a random range over the runtime-env agent's port once did); its ports are added to ``taken``."""
+    for _ in range(50):
+        low = probe_free_port(disallowed=taken)
+        span = range(low, low + WORKER_PORTS)
+        if span.stop < 65535 and not any(port in span for port in taken):
+            taken.extend(span)
+            return [f"--min-worker-port={low}", f"--max-worker-port={span[-1]}"]
+    return []  # Ray picks the workers' ports itself
 
 
 def _kill_group(process: subprocess.Popen) -> None:
@@ -58,19 +76,21 @@ class RayCluster:
     env: dict[str, str]
     workdir: Path
     head: subprocess.Popen
+    taken: list[int]
+    """Every port the cluster's nodes were given: a node joining later gets none of them."""
     node2: subprocess.Popen | None = None
     logs: list[Path] = field(default_factory=list)
 
     def start_node2(self) -> None:
-        node_manager, object_manager, agent_listen, agent_grpc, runtime_env, metrics, low = _free_ports(7)
+        workers = _worker_ports(self.taken)
+        node_manager, object_manager, agent_listen, agent_grpc, runtime_env, metrics = _free_ports(6, self.taken)
         log = self.workdir / f"node2-{len(self.logs)}.log"
         self.logs.append(log)
         self.node2 = _ray_start(
             [f"--address={self.address}", "--num-cpus=1", '--resources={"node2": 1}',
              f"--node-manager-port={node_manager}", f"--object-manager-port={object_manager}",
              f"--dashboard-agent-listen-port={agent_listen}", f"--dashboard-agent-grpc-port={agent_grpc}",
-             f"--runtime-env-agent-port={runtime_env}", f"--metrics-export-port={metrics}",
-             *_worker_ports(low)],
+             f"--runtime-env-agent-port={runtime_env}", f"--metrics-export-port={metrics}", *workers],
             self.env, log,
         )  # fmt: skip
         self.wait_for_nodes(2)
@@ -102,10 +122,6 @@ class RayCluster:
         self.node2 = None
 
 
-def _worker_ports(low: int) -> list[str]:
-    return [f"--min-worker-port={low}", f"--max-worker-port={low + 40}"] if low + 40 < 65535 else []
-
-
 def _ray_start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
     with log.open("wb") as out:
         return subprocess.Popen(
@@ -125,17 +141,18 @@ def ray_cluster() -> Iterator[RayCluster]:
                         "RAY_health_check_period_ms": "1000", "RAY_health_check_failure_threshold": "3",
                         # Ray workers import functions by module name (tests.ray.burn): the checkout is the code
                         "PYTHONPATH": os.pathsep.join(p for p in (str(PARENT_DIR), os.environ.get("PYTHONPATH")) if p)}  # fmt: skip
-    gcs, node_manager, object_manager, client, agent_listen, agent_grpc, runtime_env, metrics = _free_ports(8)
+    taken: list[int] = []
+    workers = _worker_ports(taken)
+    gcs, node_manager, object_manager, client, agent_listen, agent_grpc, runtime_env, metrics = _free_ports(8, taken)
     head = _ray_start(
         ["--head", "--node-ip-address=127.0.0.1", f"--port={gcs}", "--num-cpus=2", f"--temp-dir={workdir}",
          "--include-dashboard=false", f"--node-manager-port={node_manager}",
          f"--object-manager-port={object_manager}", f"--ray-client-server-port={client}",
          f"--dashboard-agent-listen-port={agent_listen}", f"--dashboard-agent-grpc-port={agent_grpc}",
-         f"--runtime-env-agent-port={runtime_env}", f"--metrics-export-port={metrics}",
-         *_worker_ports(_free_ports(1)[0])],
+         f"--runtime-env-agent-port={runtime_env}", f"--metrics-export-port={metrics}", *workers],
         env, workdir / "head.log",
     )  # fmt: skip
-    cluster = RayCluster(f"127.0.0.1:{gcs}", env, workdir, head)
+    cluster = RayCluster(f"127.0.0.1:{gcs}", env, workdir, head, taken)
     try:
         cluster.wait_for_nodes(1)
         cluster.start_node2()
