@@ -57,7 +57,6 @@ from nemo_gym.rollouts.config import DEFAULT_CONCURRENCY as _DEFAULT_CONCURRENCY
 from nemo_gym.rollouts.config import AggregateRolloutsConfig as RolloutAggregationConfig
 from nemo_gym.rollouts.config import RolloutCollectionConfig
 from nemo_gym.rollouts.counted_failures import counted_as_zero as _counted_as_zero
-from nemo_gym.rollouts.counted_failures import latest_failures as _latest_failures
 from nemo_gym.rollouts.failure_rules import (
     SharedRolloutCollectionConfig,
     is_terminal_failure,
@@ -181,9 +180,8 @@ class RolloutCollectionHelper:
         summary = await _RolloutCollector(materialized, {}, options, send=send).run()
         results = sorted((row for _, row in _iter_jsonl(output)), key=_rollout_key) if output.exists() else []
         counted = _counted_as_zero(
-            _latest_failures([summary.failures_path]), config.count_failure_classes_as_zero,
-            {_rollout_key(r) for r in results},
-        )  # fmt: skip
+            [summary.failures_path], config.count_failure_classes_as_zero, {_rollout_key(r) for r in results}
+        )
         dispatched = summary.succeeded + summary.failed
         if dispatched and not results and not counted:
             raise NoRolloutResultError(
@@ -197,7 +195,9 @@ class RolloutCollectionHelper:
             if not config.disable_health_check:
                 from nemo_gym.health.report import check_after_run, format_health_report
 
-                health = check_after_run(output, config.health_check_workers, config.health_check_ignored_checks)
+                health = await asyncio.to_thread(  # CPU work: off the event loop
+                    check_after_run, output, config.health_check_workers, config.health_check_ignored_checks
+                )
                 if health is not None:
                     print(format_health_report(health))
         return results

@@ -50,12 +50,13 @@ def zero_for_metrics(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def counted_as_zero(
-    failures: dict[Key, dict[str, Any]], classes: Collection[str], succeeded: Collection[Key]
+    failures_paths: Iterable[Path], classes: Collection[str], succeeded: Collection[Key]
 ) -> list[dict[str, Any]]:
-    """The zeros to add to the metrics' rows: one per failed rollout of ``classes`` that has not ``succeeded``,
-    in (task, rollout) order."""
+    """The zeros to add to the metrics' rows: one per failed rollout of ``classes`` in these failures files that has
+    not ``succeeded``, in (task, rollout) order. Without ``classes`` nothing is read."""
     if not classes:
         return []
+    failures = latest_failures(failures_paths)
     picked = [(key, row) for key, row in failures.items() if key not in succeeded and matches(row, classes)]
     return [zero_for_metrics(row) for _, row in sorted(picked, key=_order)]
 

@@ -27,7 +27,7 @@ from nemo_gym.rollouts.breaker import Server
 from nemo_gym.rollouts.claim import claim_output
 from nemo_gym.rollouts.collector import CollectionOptions, CollectionSummary, RolloutCollector
 from nemo_gym.rollouts.config import RolloutCollectionConfig
-from nemo_gym.rollouts.counted_failures import counted_as_zero, latest_failures
+from nemo_gym.rollouts.counted_failures import counted_as_zero
 from nemo_gym.rollouts.inputs import SplitInput as SplitInput  # re-exported: where callers have found them
 from nemo_gym.rollouts.inputs import agent_names as agent_names
 from nemo_gym.rollouts.inputs import prepare_inputs as prepare_inputs
@@ -175,10 +175,8 @@ async def _collect_and_aggregate(
             output = options.output_path
             grouped = encoded_rows_by_agent([output]) if output.exists() else {}
             if settings.count_failure_classes_as_zero:
-                counted = counted_as_zero(
-                    latest_failures([summary.failures_path]), settings.count_failure_classes_as_zero,
-                    {key for rows in grouped.values() for key in rows.keys()},
-                )  # fmt: skip
+                succeeded = {key for rows in grouped.values() for key in rows.keys()}
+                counted = counted_as_zero([summary.failures_path], settings.count_failure_classes_as_zero, succeeded)
                 add_rows(grouped, counted)
             # What the run freed (its waiting rows, its answers) handed back before the metrics' moment, the stack's
             # peak: ~2 MB of the collector's RSS at 4,096 in flight.

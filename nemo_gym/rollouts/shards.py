@@ -30,7 +30,7 @@ from nemo_gym.rollouts.aggregate import (
     write_metrics,
 )
 from nemo_gym.rollouts.collector import FAILURE_CLASS_KEY
-from nemo_gym.rollouts.counted_failures import counted_as_zero, latest_failures
+from nemo_gym.rollouts.counted_failures import counted_as_zero
 from nemo_gym.rollouts.materialize import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
 from nemo_gym.rollouts.outputs import failures_path
 
@@ -188,9 +188,8 @@ async def aggregate_shards(
                 continue
             index.add(file_index, line, offset, length, row)
             grouped.setdefault(agent_name_of(row), []).append(strip_row(row))
-    counted = counted_as_zero(
-        latest_failures(failures_path(path) for path in selection.paths), count_failure_classes_as_zero, index.spans
-    )
+    sidecars = [failures_path(path) for path in selection.paths]
+    counted = counted_as_zero(sidecars, count_failure_classes_as_zero, index.spans)
     for row in counted:
         grouped.setdefault(agent_name_of(row), []).append(strip_row(row))
     if not len(index) and not counted:
