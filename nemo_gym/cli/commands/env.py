@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rich.table import Table
+
 from nemo_gym.cli.command import Command, Invocation
-from nemo_gym.cli.flags import CONFIG_FLAGS, MODEL_FLAGS, RAY_FLAG
-from nemo_gym.cli.output import console, print_warning
+from nemo_gym.cli.flags import CONFIG_FLAGS, JSON_FLAG, MODEL_FLAGS, RAY_FLAG, Flag
+from nemo_gym.cli.output import console, err_console, print_warning
+
+if TYPE_CHECKING:
+    from nemo_gym.config.compose import ComposedConfig
 
 
 def resolve(invocation: Invocation) -> int:
@@ -37,6 +47,93 @@ def validate(invocation: Invocation) -> int:
     return 0
 
 
+def _servers_config(invocation: Invocation) -> ComposedConfig:
+    """The config whose venvs are asked about. Values still to be set (a model's URL, a key) change no venv, so they
+    may stay unset here."""
+    from nemo_gym.config.compose import ComposeOptions, compose
+
+    return compose(
+        ComposeOptions(overrides=list(invocation.overrides), require_server_instances=True, allow_unset=True)
+    )
+
+
+def _shared_python(composed: ComposedConfig) -> str | None:
+    """This interpreter when the config runs every server in it (``shared_venv``): then no venv is built."""
+    from nemo_gym.launcher.venvs import shared_venv_enabled
+
+    return sys.executable if shared_venv_enabled(composed.config.get("shared_venv")) else None
+
+
+def packages(invocation: Invocation) -> int:
+    """List the Python packages each server of a config runs with (``uv pip list`` of its venv), or, for a venv not
+    built yet, the requirements it will install."""
+    from nemo_gym.launcher.venv_plan import declared_requirements, installed_packages, plan_venvs
+
+    outdated = bool(invocation.get("outdated"))
+    composed = _servers_config(invocation)
+    report: list[dict[str, Any]] = []
+    if (shared := _shared_python(composed)) is not None:
+        instances = [instance.name for instance in composed.instances]
+        packages = installed_packages(Path(shared), outdated=outdated)
+        report.append({"implementation": "shared_venv", "instances": instances, "venv": str(Path(shared).parent.parent),
+                       "built": True, "packages": packages, "requirements": []})  # fmt: skip
+    else:
+        for venv in plan_venvs(composed):
+            built = venv.spec.is_ready
+            report.append(
+                {
+                    "implementation": venv.label,
+                    "instances": list(venv.instances),
+                    "venv": str(venv.spec.path),
+                    "built": built,
+                    "packages": installed_packages(venv.spec.python, outdated=outdated) if built else None,
+                    "requirements": declared_requirements(venv.spec),
+                }
+            )
+    if invocation.get("json"):
+        print(json.dumps(report, indent=2))
+        return 0
+    for entry in report:
+        console.print(f"{entry['implementation']} (instances: {', '.join(entry['instances'])})")
+        console.print(f"  venv: {entry['venv']}")
+        if entry["packages"] is None:
+            console.print("  not built yet (`gym env prefetch` builds it); it will install:")
+            for line in entry["requirements"]:
+                console.print(f"    {line}", markup=False)
+            continue
+        table = Table()
+        for column in ("Package", "Version", *(["Latest"] if outdated else [])):
+            table.add_column(column)
+        for row in entry["packages"]:
+            table.add_row(row["name"], row["version"], *([row.get("latest_version", "")] if outdated else []))
+        console.print(table)
+    return 0
+
+
+def prefetch(invocation: Invocation) -> int:
+    """Build every server venv of a config ahead of a run, one at a time and starting no server, so the run (a
+    container, an offline node) reuses them from ``cache_dir`` without a package index."""
+    from nemo_gym.launcher.venv_plan import plan_venvs
+    from nemo_gym.launcher.venv_plan import prefetch as build_all
+
+    composed = _servers_config(invocation)
+    if (shared := _shared_python(composed)) is not None:
+        console.print(f"shared_venv is on: every server runs with {shared}, so there is no venv to build.")
+        return 0
+    verbose = bool(invocation.get("verbose"))
+    uv_cache = composed.config.get("uv_cache_dir")
+    outcomes = build_all(
+        plan_venvs(composed),
+        report=err_console.print,
+        uv_cache_dir=str(uv_cache) if uv_cache else None,
+        verbose=verbose,
+        echo=(lambda line: err_console.file.write(line.decode(errors="replace"))) if verbose else None,
+    )
+    built = sum(outcome.action == "built" for outcome in outcomes)
+    console.print(f"Prefetch complete: {built} venv(s) built, {len(outcomes) - built} already built.")
+    return 0
+
+
 def containers(invocation: Invocation) -> int:
     """Make the container runtime ready for the ``docker`` sandbox provider: podman's settings and the base image
     built from Debian packages. Idempotent: seconds when everything is there."""
@@ -51,6 +148,8 @@ def containers(invocation: Invocation) -> int:
     console.print(f"Base image: {ensure_base_image(runtime)}")
     return 0
 
+
+OUTDATED_FLAG = Flag(("--outdated",), "only packages with a newer release (asks the package index)", switch=True)
 
 COMMANDS = (
     Command(
@@ -68,6 +167,22 @@ COMMANDS = (
         validate,
         CONFIG_FLAGS + MODEL_FLAGS + (RAY_FLAG,),
         examples=("example: gym env validate --environment my_env",),
+    ),
+    Command(
+        "env",
+        "packages",
+        "list the Python packages in each server venv of a config (or what a venv not built yet will install)",
+        packages,
+        CONFIG_FLAGS + MODEL_FLAGS + (OUTDATED_FLAG, JSON_FLAG),
+        examples=("example: gym env packages --resources-server example_single_tool_call",),
+    ),
+    Command(
+        "env",
+        "prefetch",
+        "build every server venv of a config ahead of a run, starting no server (for container images, offline nodes)",
+        prefetch,
+        CONFIG_FLAGS + MODEL_FLAGS,
+        examples=("example: gym env prefetch --environment my_env ++cache_dir=/opt/gym-cache",),
     ),
     Command(
         "env",
