@@ -19,15 +19,15 @@ from nemo_gym.row_fields import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
 
 __all__ = ["CHECK_REGISTRY", "CallBindings", "CheckSpec", "Evidence", "Finding", "normalize_ignored_checks"]
 
-Need = Literal["record", "trajectory", "turns", "turn_calls", "owned_calls", "repeats"]
+Need = Literal["record", "trajectory", "turns", "calls", "turn_calls", "owned_calls", "repeats", "repeat_verdicts"]
 
 
 @dataclass(frozen=True)
 class CheckSpec:
     """A check's stable id (NeMo Gym 0.7's), whether it judges one rollout or a task's repeats, and its evidence.
 
-    ``turn_calls`` are the model calls the agent turns reference; ``owned_calls`` those referenced by turns or by
-    agent invocations. A check reads at most one of the two.
+    ``calls`` are all the captured model calls, referenced or not; ``turn_calls`` those the agent turns reference;
+    ``owned_calls`` those referenced by turns or by agent invocations. A check reads at most one of the three.
     """
 
     id: str
@@ -42,7 +42,9 @@ def _rollout(check_id: str, *needs: Need) -> CheckSpec:
 CHECK_REGISTRY: tuple[CheckSpec, ...] = (
     _rollout("check_execution_error"),
     _rollout("record_unreadable"),
+    _rollout("rollout_duplicate_identity"),
     _rollout("rollout_missing_agent_turns", "trajectory", "turns"),
+    _rollout("rollout_ended_on_failed_model_call", "trajectory", "calls"),
     _rollout("agent_turn_hollow", "trajectory", "turns"),
     _rollout("model_call_zero_completion_tokens", "trajectory", "owned_calls"),
     _rollout("model_call_missing_token_counts", "trajectory", "owned_calls"),
@@ -50,10 +52,11 @@ CHECK_REGISTRY: tuple[CheckSpec, ...] = (
     _rollout("model_call_failed", "trajectory", "owned_calls"),
     _rollout("rollout_token_count_mismatch", "trajectory", "turn_calls"),
     _rollout("model_call_runaway_generation", "trajectory", "owned_calls"),
+    CheckSpec("task_consistently_unhealthy", "task", frozenset({"repeat_verdicts"})),
     CheckSpec("task_no_successful_model_calls", "task", frozenset({"repeats"})),
 )
-"""The checks implemented so far; NeMo Gym 0.7 also has ``rollout_duplicate_identity``,
-``rollout_ended_on_failed_model_call`` and ``task_consistently_unhealthy``."""
+"""NeMo Gym 0.7's checks, in its order. ``rollout_duplicate_identity`` compares rows, so the runner reports it after
+the map; the task checks run over each task's repeats."""
 
 
 def normalize_ignored_checks(checks: Sequence[str] | str | None) -> tuple[str, ...]:
@@ -190,7 +193,11 @@ _TOKEN_COUNT_KEYS = {"tokens_in": "prompt_tokens", "tokens_out": "completion_tok
 def _flattened_call(position: int, call: dict[str, Any]) -> dict[str, Any]:
     metadata: dict[str, Any] = call.get("response_metadata") or {}
     counts: dict[str, Any] = call.get("token_stats") or {}
-    flat: dict[str, Any] = {"position": position, "model_call_id": call.get("model_call_id")}
+    flat: dict[str, Any] = {
+        "position": position,
+        "model_call_id": call.get("model_call_id"),
+        "started_at": call.get("started_at"),
+    }
     flat.update({key: metadata.get(key) for key in _METADATA_KEYS})
     flat.update({ours: counts.get(theirs) for ours, theirs in _TOKEN_COUNT_KEYS.items()})
     flat["response"] = call.get("response")
@@ -449,6 +456,57 @@ def failed_calls(evidence: Evidence) -> list[Finding]:
     return _per_call("model_call_failed", evidence, test)
 
 
+def _by_model(calls: Iterable[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    chains: dict[str, list[dict[str, Any]]] = {}
+    for call in calls:
+        ref = call.get("model_ref")
+        key = f"{ref.get('type')}/{ref.get('name')}" if isinstance(ref, dict) else ""
+        chains.setdefault(key, []).append(call)
+    return chains
+
+
+def _last_if_failed(chain: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The chain's last call in time when it failed; None when it did not, or when the order is unknown (a call
+    without a start time among failed and successful ones: a retried failure must not read as the end)."""
+    failed = [call for call in chain if is_failed(call)]
+    if not failed:
+        return None
+    if len(failed) < len(chain) and any(call.get("started_at") is None for call in chain):
+        return None
+    last = max(chain, key=lambda call: (call.get("started_at") or 0.0, call["position"]))
+    return last if is_failed(last) else None
+
+
+def ended_on_failure(calls: Iterable[dict[str, Any]]) -> bool:
+    """Whether some model's own last call in the rollout failed."""
+    return any(_last_if_failed(chain) is not None for chain in _by_model(calls).values())
+
+
+def ended_on_failed_call(evidence: Evidence) -> list[Finding]:
+    """Per model, over every captured call (a failed call has no response id, so no reference binds it): its last
+    call failed, which makes the rollout's reward indistinguishable from a real zero."""
+    findings = []
+    for model, chain in _by_model(evidence.calls).items():
+        last = _last_if_failed(chain)
+        if last is not None:
+            detail = {
+                "model_ref": model or None,
+                "status": last.get("status_code"),
+                "error_category": last.get("error_category"),
+                "observed_calls": len(chain),
+                "successful_calls": sum(is_successful(call) for call in chain),
+            }
+            findings.append(
+                Finding(
+                    check="rollout_ended_on_failed_model_call",
+                    subject=evidence.subject,
+                    locator=_locator(last, last["position"]),
+                    detail=detail,
+                )
+            )
+    return findings
+
+
 def token_count_mismatch(evidence: Evidence) -> list[Finding]:
     prompt, completion, present = transcript_tokens(evidence.record)
     captured_prompt = sum(count(call, "tokens_in") for call in evidence.turn_calls.matched)
@@ -483,8 +541,10 @@ def runaway_generation(evidence: Evidence) -> list[Finding]:
 ROLLOUT_CHECKS: dict[str, Callable[[Evidence], list[Finding]]] = {
     "check_execution_error": lambda evidence: [],  # reported by the runner when another check raises
     "record_unreadable": lambda evidence: [],  # reported by the runner when the row or its trajectory is unreadable
+    "rollout_duplicate_identity": lambda evidence: [],  # reported by the runner, which sees every row
     "rollout_missing_agent_turns": missing_agent_turns,
     "agent_turn_hollow": hollow_turns,
+    "rollout_ended_on_failed_model_call": ended_on_failed_call,
     "model_call_zero_completion_tokens": zero_completion,
     "model_call_missing_token_counts": missing_token_counts,
     "trajectory_capture_mismatch": capture_mismatch,

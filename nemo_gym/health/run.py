@@ -30,6 +30,7 @@ from nemo_gym.health.checks import (
     Finding,
     canonical_trajectory,
     count,
+    ended_on_failure,
     has_gap,
     is_failed,
     is_successful,
@@ -55,6 +56,7 @@ class RolloutDigest(BaseModel):
 
     task_index: int | str
     rollout_index: int | str
+    stage_index: int | str | None = None
     rollout_id: str
     verdict: Verdict
     findings: list[Finding]
@@ -64,6 +66,7 @@ class RolloutDigest(BaseModel):
     model_calls: int = 0
     successful_model_calls: int = 0
     model_call_errors: int = 0
+    ended_on_error: bool = False
     errors_by_status: dict[str, int] = Field(default_factory=dict)
     transcript_prompt_tokens: int = 0
     transcript_completion_tokens: int = 0
@@ -85,6 +88,8 @@ def _why_unobserved(spec: CheckSpec, evidence: Evidence, observed: dict[str, boo
         return True
     if "turns" in needs and not observed["turns"]:
         return True
+    if "calls" in needs:
+        return not (observed["calls"] and evidence.calls)
     bindings = (
         evidence.owned_calls if "owned_calls" in needs else evidence.turn_calls if "turn_calls" in needs else None
     )
@@ -165,6 +170,7 @@ def _digest(
     return RolloutDigest(
         task_index=task_index,
         rollout_index=rollout_index,
+        stage_index=record.get("stage_index"),
         rollout_id=rollout_id,
         verdict="unhealthy" if findings else "unobserved" if unobserved else "healthy",
         findings=findings,
@@ -174,6 +180,7 @@ def _digest(
         model_calls=len(calls),
         successful_model_calls=sum(is_successful(call) for call in evidence.turn_calls.matched),
         model_call_errors=len(failed),
+        ended_on_error=ended_on_failure(calls),
         errors_by_status=dict(Counter(str(call.get("status_code") or "unknown") for call in failed)),
         transcript_prompt_tokens=prompt,
         transcript_completion_tokens=completion,
@@ -221,32 +228,67 @@ def _map(items: list[_Item], workers: int) -> list[RolloutDigest]:
         return [_work(item) for item in items]
 
 
-def _task_findings(
-    digests: list[RolloutDigest], ignored: frozenset[str]
-) -> tuple[dict[Any, list[Finding]], dict[str, dict[str, int]], dict[Any, list[RolloutDigest]]]:
-    """``task_no_successful_model_calls``: every repeat's policy calls seen, and none succeeded."""
-    by_task: dict[Any, dict[Any, list[RolloutDigest]]] = defaultdict(lambda: defaultdict(list))
+def _mark_duplicates(digests: list[RolloutDigest], ignored: frozenset[str]) -> None:
+    """``rollout_duplicate_identity``: rows that claim the same (stage, task, repeat) are each unhealthy."""
+    if "rollout_duplicate_identity" in ignored:
+        return
+    copies: dict[tuple[Any, Any, Any], list[RolloutDigest]] = defaultdict(list)
     for digest in digests:
-        by_task[digest.task_index][digest.rollout_index].append(digest)
+        copies[(digest.stage_index, digest.task_index, digest.rollout_index)].append(digest)
+    for same in copies.values():
+        for digest in same if len(same) > 1 else ():
+            detail = {"duplicate_count": len(same)}
+            subject = subject_of(digest.task_index, digest.rollout_index)
+            digest.findings.append(Finding(check="rollout_duplicate_identity", subject=subject, detail=detail))
+            digest.verdict = "unhealthy"
+
+
+def _repeat_verdicts(copies: list[RolloutDigest]) -> dict[Any, Verdict]:
+    """One verdict per repeat of a task; copies of one repeat that disagree leave that repeat unobserved."""
+    seen: dict[Any, set[Verdict]] = defaultdict(set)
+    for copy in copies:
+        seen[copy.rollout_index].add(copy.verdict)
+    return {repeat: next(iter(v)) if len(v) == 1 else "unobserved" for repeat, v in seen.items()}
+
+
+def _task_findings(
+    by_task: dict[Any, list[RolloutDigest]], ignored: frozenset[str]
+) -> tuple[dict[Any, list[Finding]], dict[str, dict[str, int]]]:
+    """``task_consistently_unhealthy``: at least two repeats could be judged and every one is unhealthy.
+    ``task_no_successful_model_calls``: every repeat's policy calls seen, and none succeeded."""
     coverage = {spec.id: {"evaluated": 0, "unobserved": 0, "ignored": 0} for spec in _TASK_SPECS}
     findings: dict[Any, list[Finding]] = defaultdict(list)
-    check = "task_no_successful_model_calls"
-    for task, repeats in by_task.items():
-        if check in ignored:
-            coverage[check]["ignored"] += 1
-            continue
-        copies = [copy for copy_list in repeats.values() for copy in copy_list]
-        if not all(copy.policy_calls_observed for copy in copies):
-            coverage[check]["unobserved"] += 1
-            continue
-        coverage[check]["evaluated"] += 1
-        if not any(copy.successful_model_calls for copy in copies):
-            findings[task].append(Finding(check=check, subject=subject_of(task), detail={"repeats": len(repeats)}))
-    return findings, coverage, {task: [c for cs in repeats.values() for c in cs] for task, repeats in by_task.items()}
+    for task, copies in by_task.items():
+        verdicts = _repeat_verdicts(copies)
+        judged = [verdict for verdict in verdicts.values() if verdict != "unobserved"]
+        unhealthy = "task_consistently_unhealthy"
+        if unhealthy in ignored:
+            coverage[unhealthy]["ignored"] += 1
+        elif len(judged) < 2:
+            coverage[unhealthy]["unobserved"] += 1
+        else:
+            coverage[unhealthy]["evaluated"] += 1
+            if all(verdict == "unhealthy" for verdict in judged):
+                detail = {"computable_repeats": len(judged)}
+                findings[task].append(Finding(check=unhealthy, subject=subject_of(task), detail=detail))
+        no_success = "task_no_successful_model_calls"
+        if no_success in ignored:
+            coverage[no_success]["ignored"] += 1
+        elif not all(copy.policy_calls_observed for copy in copies):
+            coverage[no_success]["unobserved"] += 1
+        else:
+            coverage[no_success]["evaluated"] += 1
+            if not any(copy.successful_model_calls for copy in copies):
+                detail = {"repeats": len(verdicts)}
+                findings[task].append(Finding(check=no_success, subject=subject_of(task), detail=detail))
+    return findings, coverage
 
 
 def _summary(digests: list[RolloutDigest], ignored: frozenset[str]) -> dict[str, Any]:
-    task_findings, task_coverage, by_task = _task_findings(digests, ignored)
+    by_task: dict[Any, list[RolloutDigest]] = defaultdict(list)
+    for digest in digests:
+        by_task[digest.task_index].append(digest)
+    task_findings, task_coverage = _task_findings(by_task, ignored)
     coverage = {spec.id: {"evaluated": 0, "unobserved": 0, "ignored": 0} for spec in CHECK_REGISTRY}
     for digest in digests:
         for spec in _ROLLOUT_SPECS:
@@ -261,13 +303,9 @@ def _summary(digests: list[RolloutDigest], ignored: frozenset[str]) -> dict[str,
         statuses.update(digest.errors_by_status)
     tasks = {}
     for task in sorted(by_task, key=lambda value: (isinstance(value, str), str(value))):
-        per_repeat: dict[Any, set[str]] = defaultdict(set)
-        for copy in by_task[task]:
-            per_repeat[copy.rollout_index].add(copy.verdict)
-        # copies of one repeat that disagree leave that repeat unobserved
-        repeat_verdicts = Counter(next(iter(v)) if len(v) == 1 else "unobserved" for v in per_repeat.values())
+        repeat_verdicts = Counter(_repeat_verdicts(by_task[task]).values())
         tasks[str(task)] = {
-            "repeats": len(per_repeat),
+            "repeats": sum(repeat_verdicts.values()),
             **{verdict: repeat_verdicts[verdict] for verdict in ("healthy", "unhealthy", "unobserved")},
             "flags": [finding.check for finding in task_findings.get(task, [])],
         }
@@ -286,6 +324,7 @@ def _summary(digests: list[RolloutDigest], ignored: frozenset[str]) -> dict[str,
                     "total": sum(d.model_call_errors for d in digests),
                     "by_status": dict(sorted(statuses.items())),
                     "rollouts_affected": sum(bool(d.model_call_errors) for d in digests),
+                    "ended_on_error": sum(d.ended_on_error for d in digests),
                 },
                 "tokens": {key: sum(getattr(d, field) for d in digests) for key, field in _TOKEN_TOTALS.items()},
             },
@@ -319,13 +358,16 @@ def _write(summary: dict[str, Any], digests: list[RolloutDigest], directory: Pat
                 ],
                 "unobserved": digest.unobserved,
             }
+            if digest.stage_index is not None:
+                row["stage_index"] = digest.stage_index
             out.write(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE))
     return summary_path, verdicts_path
 
 
 def _order(digest: RolloutDigest) -> tuple[tuple[int, Any], ...]:
-    """Verdict rows by task, then rollout index; integer indexes before any other value."""
-    return tuple((0, v) if isinstance(v, int) else (1, str(v)) for v in (digest.task_index, digest.rollout_index))
+    """Verdict rows by task, rollout index, then stage; integer indexes before any other value."""
+    keys = (digest.task_index, digest.rollout_index, digest.stage_index)
+    return tuple((0, v) if isinstance(v, int) else (1, str(v)) for v in keys)
 
 
 SERIAL_BELOW_ROLLOUTS = 2_000
@@ -360,6 +402,7 @@ def run_health_checks(
     if count_workers < 1:
         raise ValueError("workers must be at least 1")
     digests = _map(items, count_workers)
+    _mark_duplicates(digests, ignored)
     summary = _summary(digests, ignored)
     summary["run"]["rollouts_files"] = [path.name for path in paths]  # which run the reports are of (the viewer asks)
     summary_path, verdicts_path = _write(summary, digests, output_dir or paths[0].parent)

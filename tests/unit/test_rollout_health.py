@@ -1,4 +1,4 @@
-"""``run_health_checks``: NeMo Gym 0.7's check ids and verdicts for the checks built so far, over rollout files.
+"""``run_health_checks``: NeMo Gym 0.7's check ids and verdicts, each check's finding, over rollout files.
 
 A rollout is ``unhealthy`` with any finding, ``unobserved`` when a check lacked its evidence, else ``healthy``.
 """
@@ -135,8 +135,8 @@ def test_a_task_whose_repeats_all_failed_their_model_calls_is_flagged(tmp_path: 
     failing = {"turns": [_turn(1, refs=("a",))], "model_calls": [_call("a", status=500)]}
     fine = {"turns": [_turn(1, refs=("a",))], "model_calls": [_call("a")]}
     result = _check(tmp_path, _row(0, 0, failing), _row(0, 1, failing), _row(1, 0, failing), _row(1, 1, fine))
-    assert result.summary["tasks"]["0"]["flags"] == ["task_no_successful_model_calls"]
-    assert result.summary["tasks"]["1"]["flags"] == []
+    assert result.summary["tasks"]["0"]["flags"] == ["task_consistently_unhealthy", "task_no_successful_model_calls"]
+    assert result.summary["tasks"]["1"]["flags"] == []  # one repeat recovered: neither task check fires
     assert result.summary["run"]["issues"]["task_no_successful_model_calls"] == 1
     assert result.summary["run"]["stats"]["model_call_errors"]["by_status"] == {"500": 3}
 
@@ -170,3 +170,86 @@ def test_a_trajectory_our_collector_builds_is_checked_through_invocation_bound_c
     assert {"model_call_failed", "model_call_zero_completion_tokens"} <= _checks(digest)
     assert not {"agent_turn_hollow", "rollout_missing_agent_turns"} & _checks(digest)
     assert digest.unobserved == ["rollout_token_count_mismatch"]
+
+
+def test_the_registry_has_every_check_of_nemo_gym_07_in_its_order() -> None:
+    assert [spec.id for spec in CHECK_REGISTRY] == [
+        "check_execution_error", "record_unreadable", "rollout_duplicate_identity", "rollout_missing_agent_turns",
+        "rollout_ended_on_failed_model_call", "agent_turn_hollow", "model_call_zero_completion_tokens",
+        "model_call_missing_token_counts", "trajectory_capture_mismatch", "model_call_failed",
+        "rollout_token_count_mismatch", "model_call_runaway_generation", "task_consistently_unhealthy",
+        "task_no_successful_model_calls",
+    ]  # fmt: skip
+
+
+JUDGE = {"type": "responses_api_models", "name": "judge"}
+
+
+def _timed(call_id: str, started_at: float | None, *, status: int = 200, model: dict = MODEL) -> dict:
+    call = _call(call_id, status=status)
+    call["response_metadata"]["model_ref"] = model
+    return call | {"started_at": started_at}
+
+
+def _ended(tmp_path: Path, *calls: dict) -> Any:
+    trajectory = {"turns": [_turn(1, refs=(calls[0]["model_call_id"],))], "model_calls": list(calls)}
+    [digest] = _check(tmp_path, _row(0, 0, trajectory)).rollouts
+    return digest
+
+
+def test_a_rollout_whose_model_last_answered_with_a_failure_ended_on_it(tmp_path: Path) -> None:
+    digest = _ended(tmp_path, _timed("a", 1.0), _timed("b", 2.0, status=502))
+    [ended] = [f for f in digest.findings if f.check == "rollout_ended_on_failed_model_call"]
+    assert ended.locator == {"call_id": "b"}
+    assert ended.detail == {"model_ref": "responses_api_models/policy", "status": 502, "error_category": None,
+                            "observed_calls": 2, "successful_calls": 1}  # fmt: skip
+    assert digest.ended_on_error
+    # a later judge call does not hide the policy's failure; the judge's own chain ended fine
+    digest = _ended(tmp_path, _timed("a", 1.0, status=500), _timed("j", 3.0, model=JUDGE))
+    assert [f.detail["model_ref"] for f in digest.findings if f.check == "rollout_ended_on_failed_model_call"] == [
+        "responses_api_models/policy"
+    ]
+
+
+def test_a_retried_failure_or_an_unknown_order_is_not_an_ending(tmp_path: Path) -> None:
+    retried = _ended(tmp_path, _timed("b", 2.0), _timed("a", 1.0, status=503))  # the failure came first in time
+    assert "rollout_ended_on_failed_model_call" not in _checks(retried) and not retried.ended_on_error
+    unordered = _ended(tmp_path, _timed("a", 1.0, status=503), _timed("b", None))
+    assert "rollout_ended_on_failed_model_call" not in _checks(unordered)
+    only_failures = _ended(tmp_path, _timed("a", None, status=503))  # nothing to order: it ended on a failure
+    assert "rollout_ended_on_failed_model_call" in _checks(only_failures)
+    [digest] = _check(tmp_path, _row(0, 0, {"turns": [_turn(1)]})).rollouts  # no captured call: cannot tell
+    assert "rollout_ended_on_failed_model_call" in digest.unobserved
+
+
+def test_rows_that_claim_one_rollout_are_each_a_duplicate(tmp_path: Path) -> None:
+    clean = {"turns": [_turn(1, refs=("a",))], "model_calls": [_call("a")]}
+    staged = _row(0, 0, clean) | {"stage_index": 1}
+    result = _check(tmp_path, _row(0, 0, clean), _row(0, 0, clean), _row(0, 1, clean), staged)
+    flagged = [(d.rollout_index, d.stage_index, d.verdict, _checks(d)) for d in result.rollouts]
+    assert flagged == [
+        (0, None, "unhealthy", {"rollout_duplicate_identity"}),
+        (0, None, "unhealthy", {"rollout_duplicate_identity"}),
+        (1, None, "healthy", set()),
+        (0, 1, "healthy", set()),  # another stage of the same repeat is another rollout
+    ]
+    assert result.rollouts[0].findings[0].detail == {"duplicate_count": 2}
+    assert result.summary["run"]["issues"]["rollout_duplicate_identity"] == 2
+    rows = [json.loads(line) for line in (tmp_path / "rollout_verdicts.jsonl").read_text().splitlines()]
+    assert [row.get("stage_index") for row in rows] == [1, None, None, None]  # by task, repeat, then stage
+    ignored = _check(tmp_path, _row(0, 0, clean), _row(0, 0, clean), ignored_checks=["rollout_duplicate_identity"])
+    assert [d.verdict for d in ignored.rollouts] == ["healthy", "healthy"]
+
+
+def test_a_task_is_consistently_unhealthy_when_every_judged_repeat_is(tmp_path: Path) -> None:
+    hollow = {"turns": [_turn(1, answer=[], refs=("a",))], "model_calls": [_call("a")]}
+    clean = {"turns": [_turn(1, refs=("a",))], "model_calls": [_call("a")]}
+    rows = [_row(0, 0, hollow), _row(0, 1, hollow), _row(0, 2, None), _row(1, 0, hollow), _row(1, 1, clean)]
+    result = _check(tmp_path, *rows, _row(2, 0, hollow))
+    tasks = result.summary["tasks"]
+    assert tasks["0"]["flags"] == ["task_consistently_unhealthy"]  # the unobserved repeat is left out
+    assert (tasks["0"]["unhealthy"], tasks["0"]["unobserved"]) == (2, 1)
+    assert tasks["1"]["flags"] == [] and tasks["2"]["flags"] == []  # one repeat is not a pattern
+    coverage = result.summary["run"]["artifacts"]["coverage"]["task_consistently_unhealthy"]
+    assert coverage == {"evaluated": 2, "unobserved": 1, "ignored": 0}
+    assert result.summary["run"]["issues"]["task_consistently_unhealthy"] == 1
