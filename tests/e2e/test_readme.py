@@ -68,6 +68,8 @@ HELP_SKIPS = {
         "needs the Hugging Face Hub"
     ),
     "gym dataset rm --name old_dataset --yes": "needs a gitlab (MLflow) registry server and its token",
+    "gym env publish my_env --repo-id my-org/my_env": "needs the Hugging Face Hub and a token",
+    "gym env fetch my-org/my_env --output-dir envs": "needs the Hugging Face Hub",
     "gym dataset migrate -i data/train.jsonl --resource-config resources_servers/my_env/configs/my_env.yaml": (
         "needs the Hugging Face Hub and a gitlab (MLflow) registry server"
     ),

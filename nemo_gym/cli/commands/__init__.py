@@ -7,6 +7,7 @@ from nemo_gym.cli.commands import (
     dataset,
     dataset_registry,
     env,
+    env_hub,
     eval,
     health,
     launch,
@@ -25,6 +26,7 @@ GROUP_HELP = {
 
 ALL_COMMANDS: tuple[Command, ...] = (
     *env.COMMANDS,
+    *env_hub.COMMANDS,
     *launch.COMMANDS,
     *authoring.COMMANDS,
     *eval.COMMANDS,

@@ -145,8 +145,8 @@ class HfDatasetRegistry:
             raise RegistryError("the hf dataset registry needs hf_token to upload: set it in env.yaml")
         if not file.is_file():
             raise RegistryError(f"input file {file} does not exist")
-        api = self._api()
-        with self._errors(repo_id, version):
+        api = self.api()
+        with self.errors(repo_id, version):
             from huggingface_hub.errors import HfHubHTTPError
 
             try:
@@ -179,7 +179,7 @@ class HfDatasetRegistry:
     def download(self, name: str, version: str | None, artifact: str, dest: Path, *, overwrite: bool = False) -> Path:
         repo_id, artifact = self.repo_id(name), validate_artifact(artifact)
         check_target(dest, overwrite)
-        with self._errors(repo_id, version):
+        with self.errors(repo_id, version):
             return write_atomically(
                 dest, overwrite, lambda temporary: self._fetch(repo_id, version, artifact, temporary)
             )
@@ -190,8 +190,8 @@ class HfDatasetRegistry:
         """Download every file of ``split`` into one JSONL file (concatenated in name order)."""
         repo_id = self.repo_id(name)
         check_target(dest, overwrite)
-        with self._errors(repo_id, version):
-            files = self._api().list_repo_files(repo_id, repo_type=REPO_TYPE, revision=version)
+        with self.errors(repo_id, version):
+            files = self.api().list_repo_files(repo_id, repo_type=REPO_TYPE, revision=version)
             chosen = split_files(files, split)
             if not chosen:
                 listed = ", ".join(sorted(files)) or "none"
@@ -205,8 +205,8 @@ class HfDatasetRegistry:
     ) -> dict[str, Path]:
         """Every split the repo has, each as ``<dest_dir>/<split>.jsonl``."""
         repo_id = self.repo_id(name)
-        with self._errors(repo_id, version):
-            files = self._api().list_repo_files(repo_id, repo_type=REPO_TYPE, revision=version)
+        with self.errors(repo_id, version):
+            files = self.api().list_repo_files(repo_id, repo_type=REPO_TYPE, revision=version)
         found = {split: split_files(files, split) for split in ALL_SPLITS}
         found = {split: chosen for split, chosen in found.items() if chosen}
         if not found:
@@ -214,7 +214,7 @@ class HfDatasetRegistry:
         for split in found:
             check_target(dest_dir / f"{split}.jsonl", overwrite)
         written = {}
-        with self._errors(repo_id, version):
+        with self.errors(repo_id, version):
             for split, chosen in found.items():
                 written[split] = write_atomically(
                     dest_dir / f"{split}.jsonl",
@@ -225,8 +225,8 @@ class HfDatasetRegistry:
 
     def delete(self, name: str, version: str | None = None) -> None:
         repo_id = self.repo_id(name)
-        api = self._api()
-        with self._errors(repo_id, version):
+        api = self.api()
+        with self.errors(repo_id, version):
             if version is None:
                 api.delete_repo(repo_id, repo_type=REPO_TYPE)
             else:
@@ -237,8 +237,8 @@ class HfDatasetRegistry:
         from huggingface_hub.errors import RepositoryNotFoundError
 
         try:
-            with self._errors(repo_id, None):
-                refs = self._api().list_repo_refs(repo_id, repo_type=REPO_TYPE)
+            with self.errors(repo_id, None):
+                refs = self.api().list_repo_refs(repo_id, repo_type=REPO_TYPE)
         except DatasetNotFoundError as e:
             if isinstance(e.__cause__, RepositoryNotFoundError):
                 return []
@@ -254,12 +254,12 @@ class HfDatasetRegistry:
         """Add the repo to an existing collection unless it is there already; True if it was added."""
         if any(item.item_id == repo_id for item in self._collection(slug).items):
             return False
-        with self._errors(repo_id, None):
-            self._api().add_collection_item(slug, item_id=repo_id, item_type=REPO_TYPE, exists_ok=True)
+        with self.errors(repo_id, None):
+            self.api().add_collection_item(slug, item_id=repo_id, item_type=REPO_TYPE, exists_ok=True)
         return True
 
     def _collection(self, slug: str) -> Any:
-        api = self._api()
+        api = self.api()
         from huggingface_hub.errors import HfHubHTTPError
 
         try:
@@ -279,9 +279,10 @@ class HfDatasetRegistry:
             raise RegistryError(f"{name!r} is not a repo id (org/name) and hf_organization is not set in env.yaml")
         return f"{self.organization}/{name}"
 
-    # -- internals ------------------------------------------------------------------------------------------------
+    # -- the Hub client and its errors (public: environment publishing shares them), then internals ---------------
 
-    def _api(self) -> Any:
+    def api(self) -> Any:
+        """The Hub client with this registry's endpoint and token (environment publishing uses it too)."""
         try:
             from huggingface_hub import HfApi
         except ImportError as e:
@@ -320,8 +321,9 @@ class HfDatasetRegistry:
                 out.write(data if data.endswith(b"\n") or not data else data + b"\n")
 
     @contextlib.contextmanager
-    def _errors(self, repo_id: str, version: str | None) -> Iterator[None]:
-        """Hub client errors as one-line registry errors naming the repo and revision."""
+    def errors(self, repo_id: str, version: str | None) -> Iterator[None]:
+        """Hub client errors as one-line registry errors naming the repo and revision (for every caller of
+        :meth:`api`)."""
         try:
             from huggingface_hub.errors import (
                 EntryNotFoundError,
