@@ -91,6 +91,7 @@ LAYERS: dict[str, int] = {
     "benchmarks": 6,
     "testing/": 6,
     "health/": 6,
+    "atif/": 6,
     "rollout_health": 6,
     "prompt": 6,
     "path_utils": 6,

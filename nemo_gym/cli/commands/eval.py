@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from rich.markup import escape
 
 from nemo_gym.cli.command import Command, Invocation
+from nemo_gym.cli.commands.export import COMMANDS as EXPORT_COMMANDS
 from nemo_gym.cli.flags import AUTH_FLAG, CONFIG_FLAGS, MODEL_FLAGS, RAY_FLAG, Flag
 from nemo_gym.cli.output import GymConsole, console, err_console
 from nemo_gym.rollouts.config import (
@@ -220,6 +221,11 @@ REVERIFY_FLAGS = (
     Flag(("--force",), "verify even where a resources server's /reverify_mode is not 'stateless'", field="force",
          switch=True),
     Flag(("--disable-aggregation",), "do not compute aggregate metrics", field="disable_aggregation", switch=True),
+    Flag(("--atif-manifest",), "an ATIF export of `gym eval export` (its folder or manifest.jsonl) instead of "
+         "--rollouts: its trajectories are scored again and each reward that differs is named (exit 4)",
+         metavar="PATH"),
+    Flag(("--input-format",), "what is re-verified: gym rollouts (--rollouts, the default) or atif "
+         "(--atif-manifest)", metavar="gym|atif"),
 )  # fmt: skip
 
 
@@ -315,6 +321,15 @@ def profile(invocation: Invocation) -> int:
 
 
 def reverify(invocation: Invocation) -> int:
+    if invocation.get("atif_manifest") or invocation.get("input_format") not in (None, "gym"):
+        from nemo_gym.cli.commands.export import reverify_atif
+
+        return reverify_atif(invocation)
+    return report_reverify(reverify_summary(invocation), err_console)
+
+
+def reverify_summary(invocation: Invocation) -> Any:
+    """Re-verify the stored rollouts the flags name, starting the verifying servers unless ``--no-serve``."""
     from nemo_gym.config.compose import ComposeOptions, compose
     from nemo_gym.jsonl import check_writable_output
     from nemo_gym.rollouts.config import ReverifyConfig
@@ -358,10 +373,10 @@ def reverify(invocation: Invocation) -> int:
         stderr.print(f"Starting {', '.join(needed)} and what they need (logs in results/logs/) …")
         with running_servers(config=config_for_reverify(composed, set(needed))) as launcher:
             summary = reverify_rollouts(plan, launcher.composed, routes)
-    return _report_reverify(summary, stderr)
+    return summary
 
 
-def _report_reverify(summary: Any, stderr: GymConsole) -> int:
+def report_reverify(summary: Any, stderr: GymConsole) -> int:
     from nemo_gym.rollouts.aggregate import print_key_metrics
 
     if summary.metrics:
@@ -469,6 +484,7 @@ COMMANDS: tuple[Command, ...] = (
         examples=(
             "example: gym eval reverify --resources-server example_single_tool_call --rollouts results/weather.jsonl "
             "--output results/weather_reverified.jsonl",
+            "ATIF:    gym eval reverify --resources-server example_single_tool_call --atif-manifest results/weather_atif",
         ),
     ),
 )
@@ -502,6 +518,7 @@ COMMANDS += (
         ),
     ),
 )
+COMMANDS += EXPORT_COMMANDS
 
 
 def _counts(counter: Any) -> str:

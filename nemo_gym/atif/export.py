@@ -1,0 +1,136 @@
+"""``gym eval export --format atif``: a run's rollouts as one ATIF v1.7 file each, and a manifest of their hashes.
+
+The folder (NeMo Gym 0.7's layout): ``<task>-<rollout>.json`` per rollout and ``manifest.jsonl``, one line per file
+with its path, its task and rollout index and the sha256 of its bytes, so a reader can tell a file that changed.
+
+Every row is converted and checked before anything is written, and the folder appears whole or not at all (it is
+built beside the target and renamed into place): a half-exported run never looks like a finished one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from nemo_gym.atif.from_rollout import is_index, rollout_to_trajectory
+from nemo_gym.atif.schema import Trajectory
+from nemo_gym.atif.strict_json import loads_object
+from nemo_gym.errors import ConfigError
+from nemo_gym.rollouts.outputs import materialized_inputs_path
+from nemo_gym.row_fields import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
+
+MANIFEST_NAME = "manifest.jsonl"
+DEFAULT_AGENT_VERSION = "unspecified"
+"""``--agent-version`` when none is given: ATIF requires a version, and a rollout does not record its agent's."""
+MAX_LISTED = 5
+
+Key = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    output_dir: Path
+    manifest_path: Path
+    trajectories: int
+
+
+def trajectory_bytes(trajectory: Trajectory) -> bytes:
+    """The file's bytes: only the fields given, two-space indented, one final newline."""
+    return (trajectory.model_dump_json(indent=2, exclude_unset=True) + "\n").encode()
+
+
+def _lines(path: Path) -> list[tuple[int, bytes]]:
+    with path.open("rb") as handle:
+        return [(n, line) for n, line in enumerate(handle, 1) if line.strip()]
+
+
+def _key(row: dict[str, Any], where: str) -> Key:
+    task, rollout = row.get(TASK_INDEX_KEY), row.get(ROLLOUT_INDEX_KEY)
+    if not (is_index(task) and is_index(rollout)):
+        raise ConfigError(f"{where}: {TASK_INDEX_KEY} and {ROLLOUT_INDEX_KEY} must be non-negative integers")
+    return task, rollout
+
+
+def _task_rows(path: Path) -> dict[Key, dict[str, Any]]:
+    rows = {}
+    for n, line in _lines(path):
+        row = loads_object(line, f"{path}:{n}")
+        rows[_key(row, f"{path}:{n}")] = row
+    return rows
+
+
+def _one_line(problems: list[str], what: str) -> str:
+    more = f"; … {len(problems) - MAX_LISTED} more" if len(problems) > MAX_LISTED else ""
+    return f"{len(problems)} {what}: " + "; ".join(problems[:MAX_LISTED]) + more
+
+
+def export_atif(
+    rollouts: Path,
+    output_dir: Path,
+    *,
+    inputs: Path | None = None,
+    session_id: str | None = None,
+    agent_version: str = DEFAULT_AGENT_VERSION,
+) -> ExportResult:
+    """Write ``output_dir`` (which must not exist) from the rollouts file and the run's materialized inputs."""
+    if not rollouts.is_file():
+        raise ConfigError(f"--rollouts {rollouts}: no such file")
+    if output_dir.exists():
+        raise ConfigError(f"--output-dir {output_dir} already exists; an export goes to a new folder")
+    inputs = inputs or materialized_inputs_path(rollouts)
+    if not inputs.is_file():
+        raise ConfigError(
+            f"no materialized inputs at {inputs}: the export keeps each rollout's task row so it can be verified "
+            "again (gym eval run writes that file beside --output); pass --inputs PATH"
+        )
+    tasks = _task_rows(inputs)
+    session = session_id or rollouts.stem
+    files: dict[Key, bytes] = {}
+    problems: list[str] = []
+    for n, line in _lines(rollouts):
+        where = f"{rollouts}:{n}"
+        try:
+            row = loads_object(line, where)
+            key = _key(row, where)
+            if key in files:
+                raise ConfigError(f"{where}: (task {key[0]}, rollout {key[1]}) appears twice")
+            if key not in tasks:
+                raise ConfigError(f"{where}: (task {key[0]}, rollout {key[1]}) is not in {inputs}")
+            trajectory = rollout_to_trajectory(row, tasks[key], session_id=session, agent_version=agent_version)
+            files[key] = trajectory_bytes(trajectory)
+        except ConfigError as e:
+            problems.append(str(e) if str(e).startswith(where) else f"{where}: {e}")
+    if problems:
+        raise ConfigError(_one_line(problems, "rollout(s) cannot be exported as ATIF"))
+    if not files:
+        raise ConfigError(f"{rollouts} holds no rollouts to export")
+
+    output_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", dir=output_dir.parent))
+    try:
+        manifest = []
+        for (task, rollout), data in sorted(files.items()):
+            name = f"{task}-{rollout}.json"
+            (staging / name).write_bytes(data)
+            entry = {
+                "trajectory_path": name,
+                TASK_INDEX_KEY: task,
+                ROLLOUT_INDEX_KEY: rollout,
+                "expected_sha256": hashlib.sha256(data).hexdigest(),
+            }
+            manifest.append(orjson.dumps(entry, option=orjson.OPT_SORT_KEYS) + b"\n")
+        (staging / MANIFEST_NAME).write_bytes(b"".join(manifest))
+        staging.chmod(0o755)
+        os.rename(staging, output_dir)  # refuses a folder that appeared meanwhile, rather than mixing two exports
+    except OSError as e:
+        raise ConfigError(f"--output-dir {output_dir}: cannot write the export ({e.strerror})") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return ExportResult(output_dir, output_dir / MANIFEST_NAME, len(files))
