@@ -60,8 +60,11 @@ def test_collect_mode_times_the_whole_collect_command_with_every_process(tmp_pat
         assert 0 < p["first_model_request_s"] < p["wall_s"]
         assert p["startup_cpu_s"] > 0  # the command's CPU (interpreter start-up at least) when that request came
         assert p["steady_rollouts_per_s"] >= p["rollouts_per_s"] > 0
+        assert p["startup_floor_s"] > 0  # startup_floor.py's floor for the same 20 rows, beside each point
     for summary in report["summary"]:
         assert (summary["rounds"], summary["ok"], summary["failed"]) == (2, 40, 0)
+        ratios = sorted(p["first_model_request_s"] / p["startup_floor_s"] for p in points if p["concurrency"] == 2)
+        assert summary["concurrency"] != 2 or summary["startup_over_floor"] == round(sum(ratios) / 2, 2)
         assert summary["cpu_ms_by_process"]["collector"] > 0
 
 

@@ -55,6 +55,8 @@ class PointResult:
     startup_cpu_s: float = 0.0
     """CPU the collect command (row checker included) had used by its first model request: on N cores the start-up
     cannot take less than this / N."""
+    startup_floor_s: float = 0.0
+    """``startup_floor.py``'s floor for the same rows, timed right after the point: what start-up cannot skip."""
     collector_reported_per_s: float = 0.0
     """The rate ``gym eval run`` prints (its own clock, after start-up)."""
     collector_rss_peak_mb: float = 0.0
@@ -92,6 +94,9 @@ class Summary:
     steady_rollouts_per_s: float = 0.0
     first_model_request_s: float = 0.0
     startup_cpu_s: float = 0.0
+    startup_floor_s: float = 0.0
+    startup_over_floor: float = 0.0
+    """Median over points of ->1st model / its floor (each point beside its own floor)."""
     collector_reported_per_s: float = 0.0
     collector_rss_peak_mb: float = 0.0
 
@@ -134,8 +139,12 @@ def summarize(results: list[PointResult]) -> list[Summary]:
                     for name in points[0].cpu_s_by_process
                 },
                 steady_rollouts_per_s=round(statistics.median(r.steady_rollouts_per_s for r in points), 1),
-                first_model_request_s=round(statistics.median(r.first_model_request_s for r in points), 2),
+                first_model_request_s=round(statistics.median(r.first_model_request_s for r in points), 3),
                 startup_cpu_s=round(statistics.median(r.startup_cpu_s for r in points), 2),
+                startup_floor_s=round(statistics.median(r.startup_floor_s for r in points), 3),
+                startup_over_floor=round(
+                    statistics.median(r.first_model_request_s / (r.startup_floor_s or float("nan")) for r in points), 2
+                ),
                 collector_reported_per_s=round(statistics.median(r.collector_reported_per_s for r in points), 1),
                 collector_rss_peak_mb=max(r.collector_rss_peak_mb for r in points),
             )
@@ -165,21 +174,24 @@ def print_collect_table(summaries: list[Summary], roles: dict[str, str]) -> None
     names = [n for n in summaries[0].cpu_ms_by_process if n != "launcher"] if summaries else []
     header = (
         f"{'conc':>6} {'rounds':>6} {'ok':>7} {'fail':>5} {'end-to-end/s':>12} {'steady/s':>9} {'->1st model s':>13} "
-        f"{'its CPU s':>9} {'CPU ms/r':>9} "
+        f"{'floor s':>7} {'x floor':>7} {'its CPU s':>9} {'CPU ms/r':>9} "
         + " ".join(f"{roles.get(n, n)[:10]:>10}" for n in names)
         + f" {'RSS peak MB':>11} {'collector MB':>12} "
         f"{'calib ms':>8}  notes"
     )
     print("whole `gym eval run --no-serve` per point: medians over rounds; CPU ms per rollout by process (launcher")
     print("left out of the columns, in the total); RSS peak of the whole stack with the collector, first round;")
-    print("'its CPU s': the collect command's CPU (row checker included) by its first model request")
+    print("'floor s': startup_floor.py's floor for the same rows, timed after each point (median); 'x floor': the")
+    print("median of each point's ->1st model s over its floor; 'its CPU s': the collect command's CPU by then")
     print(header)
     print("-" * len(header))
     for s in summaries:
         by_process = " ".join(f"{s.cpu_ms_by_process.get(n, 0.0):>10.2f}" for n in names)
         print(
             f"{s.concurrency:>6} {s.rounds:>6} {s.ok:>7} {s.failed:>5} {s.rollouts_per_s:>12.1f} "
-            f"{s.steady_rollouts_per_s:>9.1f} {s.first_model_request_s:>13.2f} {s.startup_cpu_s:>9.2f} "
+            f"{s.steady_rollouts_per_s:>9.1f} {s.first_model_request_s:>13.3f} "
+            f"{s.startup_floor_s:>7.3f} {s.startup_over_floor:>7.2f} "
+            f"{s.startup_cpu_s:>9.2f} "
             f"{s.cpu_ms_per_rollout:>9.2f} "
             f"{by_process} {s.rss_peak_mb:>11.0f} {s.collector_rss_peak_mb:>12.0f} {s.calibration_ms:>8.1f}  {s.notes}"
         )

@@ -51,6 +51,7 @@ from stack_probe import (  # noqa: E402
     raise_open_file_limit,
     rss_growth,
 )
+from startup_floor import floor_for_rows  # noqa: E402
 
 from nemo_gym.launcher import running_servers  # noqa: E402
 from nemo_gym.row_fields import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY  # noqa: E402
@@ -311,6 +312,8 @@ async def run_point(
         result.startup_cpu_s = round(collect.cpu_before_first_model_s or 0.0, 3)
         result.collector_reported_per_s = collect.reported_per_s or 0.0
         result.collector_rss_peak_mb = round(collect.peak_rss_mb, 1)
+        # Outside the point's CPU and memory window, on the same rows: start-up beside what it cannot skip.
+        result.startup_floor_s = round(await asyncio.to_thread(floor_for_rows, target.rows, total, target.workdir), 3)
     result.cpu_s_by_process = cpu
     result.cpu_ms_per_rollout = round(1000 * sum(cpu.values()) / max(ok, 1), 3)
     result.background_cpu_s = round(max(0.0, machine_after - machine_before - sum(cpu.values())), 2)

@@ -39,9 +39,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from collect_point import write_rows
-from run import load_rows
 
 STAGES: dict[str, str] = {
     "interpreter": "pass",
@@ -64,6 +64,8 @@ STAGES: dict[str, str] = {
 }
 ROW_STAGES = frozenset({"check rows", "materialize"})
 """The stages whose time depends on the rows; the others are timed once per start and shown for every row count."""
+FLOOR_STAGES = ("command libraries", "materialize")
+"""One per process of the command: the floor is the longer of the two (they run side by side)."""
 
 
 def time_stage(code: str, input_path: Path, output_path: Path) -> float:
@@ -73,7 +75,17 @@ def time_stage(code: str, input_path: Path, output_path: Path) -> float:
     return time.perf_counter() - started
 
 
+def floor_for_rows(rows: list[dict[str, Any]], total: int, workdir: Path) -> float:
+    """The floor for ``total`` rows cycling over ``rows`` (the rows ``run.py --client collect`` gives its command):
+    the longer of the row checker's path (to its materialized inputs) and the command's libraries, each timed once."""
+    input_path = write_rows(rows, total, workdir / f"floor_rows_{total}.jsonl")
+    output_path = workdir / f"floor_out_{total}.jsonl"
+    return max(time_stage(STAGES[stage], input_path, output_path) for stage in FLOOR_STAGES)
+
+
 def main() -> None:
+    from run import load_rows
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", default="10000", help="comma-separated row counts (default 10000)")
     parser.add_argument("--starts", type=int, default=7, help="fresh interpreters per stage and row count, interleaved")
