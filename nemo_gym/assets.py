@@ -9,6 +9,7 @@ Roots are searched in order (``--search-dir`` roots, cwd, install root) and an e
 from __future__ import annotations
 
 import difflib
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -17,7 +18,13 @@ import yaml
 
 from nemo_gym.config.roots import find_path, search_roots
 from nemo_gym.errors import ConfigError
-from nemo_gym.registry import ENVIRONMENT_CONFIG_FILENAME, EnvironmentEntry, discover_environments
+from nemo_gym.registry import (
+    ENVIRONMENT_CONFIG_FILENAME,
+    ENVIRONMENT_TOMBSTONE_FILENAME,
+    EnvironmentEntry,
+    discover_environments,
+    read_tombstone,
+)
 
 ComponentType = Literal["resources_servers", "responses_api_models", "responses_api_agents", "environment_servers"]
 
@@ -184,13 +191,34 @@ _SELECTOR_TYPES: dict[str, ComponentType] = {
 }
 
 
+def _environment_config(name: str, followed: tuple[str, ...] = ()) -> Path | None:
+    """``environments/<name>/config.yaml`` in the first root that has it or a tombstone for ``name`` (NeMo Gym 0.7's
+    renames, followed and told in one line on stderr); None when no root has either."""
+    for root in search_roots():
+        folder = root / "environments" / name
+        renamed_to = read_tombstone(folder)
+        if renamed_to is None:
+            if (folder / ENVIRONMENT_CONFIG_FILENAME).is_file():
+                return folder / ENVIRONMENT_CONFIG_FILENAME
+            continue
+        if renamed_to in followed:
+            chain = " -> ".join([*followed, name, renamed_to])
+            raise ConfigError(f"environment renames loop ({chain}): fix their {ENVIRONMENT_TOMBSTONE_FILENAME} files")
+        tombstone = folder / ENVIRONMENT_TOMBSTONE_FILENAME
+        print(f"notice: environment {name!r} was renamed to {renamed_to!r} ({tombstone})", file=sys.stderr)
+        found = _environment_config(renamed_to, (*followed, name))
+        if found is None:
+            raise ConfigError(f"environment {name!r} was renamed to {renamed_to!r} ({tombstone}), which is not found")
+        return found
+    return None
+
+
 def resolve_selector(kind: SelectorKind, value: str) -> Path:
     """The config path a selector names, or a ConfigError with a did-you-mean and the directories searched."""
     if kind == "environment":
-        for root in search_roots():
-            path = root / "environments" / value / ENVIRONMENT_CONFIG_FILENAME
-            if path.is_file():
-                return path
+        found = _environment_config(value)
+        if found is not None:
+            return found
         available = [entry.name for entry in list_environments()]
         where = "environments/<name>/config.yaml"
     elif kind == "benchmark":

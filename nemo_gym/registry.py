@@ -11,6 +11,7 @@ references secrets (``${policy_api_key}``) that are not set.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,17 +19,23 @@ import yaml
 
 from nemo_gym import INSTALL_DIR as _INSTALL_DIR
 from nemo_gym import PARENT_DIR
+from nemo_gym.errors import ConfigError as _ConfigError
 
 __all__ = [
     "ENVIRONMENTS_DIR",
     "ENVIRONMENT_CONFIG_FILENAME",
+    "ENVIRONMENT_TOMBSTONE_FILENAME",
     "PARENT_DIR",
     "EnvironmentEntry",
     "discover_environments",
+    "read_tombstone",
 ]
 
 ENVIRONMENTS_DIR = _INSTALL_DIR / "environments"
 ENVIRONMENT_CONFIG_FILENAME = "config.yaml"
+ENVIRONMENT_TOMBSTONE_FILENAME = ".nemo_gym_tombstone"
+"""NeMo Gym 0.7's mark of a renamed environment: ``environments/<old>/.nemo_gym_tombstone`` holds the new name."""
+_ENVIRONMENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
 @dataclass
@@ -81,7 +88,26 @@ def discover_environments(environments_dir: Path = ENVIRONMENTS_DIR) -> dict[str
         return {}
     entries: dict[str, EnvironmentEntry] = {}
     for config_path in sorted(environments_dir.glob(f"*/{ENVIRONMENT_CONFIG_FILENAME}")):
+        if (config_path.parent / ENVIRONMENT_TOMBSTONE_FILENAME).is_file():
+            continue  # renamed: listed under its new name
         description, domain = _read_metadata(config_path)
         name = config_path.parent.name
         entries[name] = EnvironmentEntry(name, config_path, config_path.parent, description, domain)
     return entries
+
+
+def read_tombstone(environment_dir: Path) -> str | None:
+    """The name an environment was renamed to, or None when ``environment_dir`` has no tombstone.
+
+    A tombstone holds exactly one name, another environment's: anything else (empty, two names, its own name) is a
+    ConfigError naming the file, since following it could only guess."""
+    path = environment_dir / ENVIRONMENT_TOMBSTONE_FILENAME
+    if not path.is_file():
+        return None
+    words = path.read_text(encoding="utf-8").split()
+    if len(words) != 1 or not _ENVIRONMENT_NAME.fullmatch(words[0]) or words[0] == environment_dir.name:
+        found = ", ".join(repr(w) for w in words[:3]) or "nothing"
+        raise _ConfigError(
+            f"{path} must hold exactly one name, the environment {environment_dir.name!r} was renamed to; found {found}"
+        )
+    return words[0]

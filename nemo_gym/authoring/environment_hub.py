@@ -67,6 +67,7 @@ def collect_bundle(name: str) -> EnvironmentBundle:
     """What ``gym env publish NAME`` uploads; ConfigError when the environment or a server it names is missing."""
     config_path = resolve_selector("environment", name)
     folder = config_path.parent
+    name = folder.name  # a renamed environment is published under its new name
     root = folder.parent.parent
     files: dict[str, Path] = {}
     _add_tree(files, root, folder)
