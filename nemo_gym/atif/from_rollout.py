@@ -120,7 +120,7 @@ class _StepBuilder:
             source = "summary" if item.get("summary") else "content"
             parts = item.get(source) or []
             turn.reasoning = "\n".join(content_text([part], f"{where}.{source}") for part in parts)
-            rest = _without(item, "summary", "content") | {"from": source}
+            rest = _without(item, source) | {"from": source}
             if len(parts) == 1:
                 rest["part"] = _without(parts[0], "text")
             turn.extra["reasoning"] = rest
