@@ -86,6 +86,7 @@ LAYERS: dict[str, int] = {
     "rollouts/": 6,
     "launcher/": 6,
     "authoring/": 6,
+    "environment/": 6,
     "training/": 6,
     "assets": 6,
     "benchmarks": 6,

@@ -1,0 +1,1 @@
+"""Environments as a catalog sees them: the manifest beside each config, and the checks ``gym env validate`` runs."""
