@@ -18,6 +18,8 @@ class PointResult:
     concurrency: int
     requested: int
     round: int = 1
+    stack: str = ""
+    """The HTTP server the servers ran on (``--stack``); empty: as they are."""
     completed: int = 0
     ok: int = 0
     wall_s: float = 0.0
@@ -99,12 +101,13 @@ class Summary:
     """Median over points of ->1st model / its floor (each point beside its own floor)."""
     collector_reported_per_s: float = 0.0
     collector_rss_peak_mb: float = 0.0
+    stack: str = ""
 
 
 def summarize(results: list[PointResult]) -> list[Summary]:
     summaries = []
-    for concurrency in dict.fromkeys(r.concurrency for r in results):
-        points = [r for r in results if r.concurrency == concurrency]
+    for stack, concurrency in dict.fromkeys((r.stack, r.concurrency) for r in results):
+        points = [r for r in results if r.concurrency == concurrency and r.stack == stack]
         failures: Counter[str] = Counter()
         for r in points:
             failures.update(r.failures)
@@ -116,6 +119,7 @@ def summarize(results: list[PointResult]) -> list[Summary]:
             notes.append(f"busy box in {len(busy)} round(s): up to {worst:.0%} of a core used by other processes")
         summaries.append(
             Summary(
+                stack=stack,
                 concurrency=concurrency,
                 rounds=len(points),
                 ok=sum(r.ok for r in points),
@@ -152,8 +156,15 @@ def summarize(results: list[PointResult]) -> list[Summary]:
     return summaries
 
 
+def stack_column(summaries: list[Summary], summary: Summary | None = None) -> str:
+    """The ``stack`` column's cell (its header without ``summary``) when the run named stacks, else nothing."""
+    if not any(s.stack for s in summaries):
+        return ""
+    return f"{summary.stack if summary else 'stack':>8} "
+
+
 def print_table(summaries: list[Summary]) -> None:
-    header = (
+    header = stack_column(summaries) + (
         f"{'conc':>6} {'rounds':>6} {'ok':>7} {'fail':>5} {'rollouts/s':>10} {'CPU ms/r':>9} {'RSS peak MB':>11} "
         f"{'PSS peak MB':>11} {'RSS growth':>10} {'p50 ms':>9} {'p99 ms':>9} {'calib ms':>8}  notes"
     )
@@ -162,7 +173,8 @@ def print_table(summaries: list[Summary]) -> None:
     print("-" * len(header))
     for s in summaries:
         print(
-            f"{s.concurrency:>6} {s.rounds:>6} {s.ok:>7} {s.failed:>5} {s.rollouts_per_s:>10.1f} "
+            f"{stack_column(summaries, s)}{s.concurrency:>6} {s.rounds:>6} {s.ok:>7} {s.failed:>5} "
+            f"{s.rollouts_per_s:>10.1f} "
             f"{s.cpu_ms_per_rollout:>9.2f} {s.rss_peak_mb:>11.0f} {s.pss_peak_mb:>11.0f} {s.rss_growth_mb:>10.1f} "
             f"{s.p50_ms:>9.1f} {s.p99_ms:>9.1f} {s.calibration_ms:>8.1f}  {s.notes}"
         )
@@ -172,7 +184,7 @@ def print_collect_table(summaries: list[Summary], roles: dict[str, str]) -> None
     """The whole collect command per concurrency (``--client collect``): what issue 17 measures; ``roles`` gives the
     servers' CPU columns short names (agent, model, resources)."""
     names = [n for n in summaries[0].cpu_ms_by_process if n != "launcher"] if summaries else []
-    header = (
+    header = stack_column(summaries) + (
         f"{'conc':>6} {'rounds':>6} {'ok':>7} {'fail':>5} {'end-to-end/s':>12} {'steady/s':>9} {'->1st model s':>13} "
         f"{'floor s':>7} {'x floor':>7} {'its CPU s':>9} {'CPU ms/r':>9} "
         + " ".join(f"{roles.get(n, n)[:10]:>10}" for n in names)
@@ -188,7 +200,8 @@ def print_collect_table(summaries: list[Summary], roles: dict[str, str]) -> None
     for s in summaries:
         by_process = " ".join(f"{s.cpu_ms_by_process.get(n, 0.0):>10.2f}" for n in names)
         print(
-            f"{s.concurrency:>6} {s.rounds:>6} {s.ok:>7} {s.failed:>5} {s.rollouts_per_s:>12.1f} "
+            f"{stack_column(summaries, s)}{s.concurrency:>6} {s.rounds:>6} {s.ok:>7} {s.failed:>5} "
+            f"{s.rollouts_per_s:>12.1f} "
             f"{s.steady_rollouts_per_s:>9.1f} {s.first_model_request_s:>13.3f} "
             f"{s.startup_floor_s:>7.3f} {s.startup_over_floor:>7.2f} "
             f"{s.startup_cpu_s:>9.2f} "

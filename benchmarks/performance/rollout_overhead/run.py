@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -78,6 +78,11 @@ ROLES = {
     "environment_servers": "env server",
 }
 """Short names for the collect table's CPU columns."""
+STACK_HOOK = Path(__file__).resolve().parent / "server_stack"
+"""The folder whose ``sitecustomize.py`` swaps the servers' HTTP server (``--stack``)."""
+STACK_ENV = "ROLLOUT_BENCH_SERVER_STACK"
+STACKS = ("fast", "uvicorn", "granian")
+"""``--stack``: our fast path (uvicorn with ``transport/server_protocol.py``), plain uvicorn with httptools, granian."""
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -392,6 +397,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="KEY=VALUE",
         help="environment variable for the server processes only (repeatable)",
     )
+    parser.add_argument(
+        "--stack",
+        default="",
+        help="comma-separated HTTP servers to serve the stack with, each in turn in every round, on one new stack\n"
+        f"each time (server_stack/sitecustomize.py): {', '.join(STACKS)}; default: the servers as they are",
+    )
     parser.add_argument("--json", type=Path, help="write every measurement here")
     parser.add_argument("--keep-logs", type=Path, help="keep the servers' logs in this directory")
     parser.add_argument(
@@ -408,50 +419,38 @@ def main(argv: list[str] | None = None) -> int:
     levels = [int(c) for c in args.concurrency.split(",") if c.strip()]
     fd_limits = raise_open_file_limit()
     info = machine_info(fd_limits, REPO)
-    rows = load_rows()
     print(
         f"{info['cpus']} CPUs ({info['cpu_model']}), Python {info['python']}, open files {fd_limits['soft']}, "
         f"commit {info['git']['commit'][:12]}{' (dirty)' if info['git']['dirty'] else ''}",
         flush=True,
     )
 
-    with contextlib.ExitStack() as stack_cm:
-        workdir = args.keep_logs or Path(stack_cm.enter_context(tempfile.TemporaryDirectory(prefix="rollout-bench-")))
-        configs = [
-            EPISODE_CONFIG
-            if args.path == "episode"
-            else REPO / "resources_servers" / ENVIRONMENT / "configs" / f"{ENVIRONMENT}.yaml",
-            REPO / "responses_api_models" / "scripted_model" / "configs" / "scripted_model.yaml",
-        ]
-        if args.path == "relay":
-            relay = workdir / "relay.yaml"
-            relay.write_text(json.dumps(RELAY))  # JSON is YAML
-            configs.append(relay)
-        overrides = [
-            "+config_paths=[" + ",".join(str(c) for c in configs) + "]",
-            "+shared_venv=true",
-            "+head_server={port: 0}",
-            f"+results_dir={workdir / 'results'}",
-            f"+cache_dir={workdir / 'cache'}",
-            *args.override,
-        ]
-        started = time.monotonic()
-        driver_loop_factory = loop_factory(args.loop)  # imported before --server-env can hide anything from us
-        for item in args.server_env:
-            key, _, value = item.partition("=")
-            os.environ[key] = value  # the launcher hands its environment to every server
-        run = stack_cm.enter_context(running_servers(overrides, echo=False, startup_timeout_s=120))
-        startup_s = time.monotonic() - started
-        server_pids = {s.name: s.popen.pid for s in run.servers if s.popen is not None}
-        stack = Stack(server_pids, self_name="launcher" if args.client == COLLECT else "driver")
-        host, _, port = run.head_url.removeprefix("http://").rpartition(":")
-        model_pid = next(s.popen.pid for s in run.servers if s.popen and s.implementation == "scripted_model")
-        roles = {s.name: ROLES.get(s.server_type, s.server_type) for s in run.servers}
-        entry = AGENT if args.path == "direct" else ENVIRONMENT_SERVER
-        target = Target(f"{run.urls[entry]}/run", rows, (host, int(port)), model_pid, workdir)
-        pids = ", ".join(f"{s.name} (pid {s.popen.pid})" for s in run.servers if s.popen is not None)
-        print(f"stack ready in {startup_s:.1f} s: {pids}; client: {args.client}, path: {args.path}", flush=True)
-        results = run_sweep(stack, target, levels, args, driver_loop_factory)
+    driver_loop_factory = loop_factory(args.loop)  # imported before --server-env can hide anything from us
+    for item in args.server_env:
+        key, _, value = item.partition("=")
+        os.environ[key] = value  # the launcher hands its environment to every server
+    stacks = [name.strip() for name in args.stack.split(",") if name.strip()]
+    unknown = sorted(set(stacks) - set(STACKS))
+    if unknown:
+        raise SystemExit(f"--stack: unknown {', '.join(unknown)} (known: {', '.join(STACKS)})")
+    if "granian" in stacks:
+        # granian binds its TCP address itself and serves no second socket: every stack of the run goes over TCP.
+        args.override = [*args.override, "+server_unix_socket=false"]
+        print("--stack granian: every stack of this run serves TCP alone (+server_unix_socket=false)", flush=True)
+    # With several stacks, each round runs each of them on a new stack in turn, so a slow moment of the box hits one
+    # round of one stack, not one stack's every round.
+    blocks = (
+        [(round_number, name) for round_number in range(1, args.rounds + 1) for name in stacks] if stacks else [(0, "")]
+    )
+    results: list[PointResult] = []
+    startups: dict[str, list[float]] = {}
+    roles: dict[str, str] = {}
+    for round_number, name in blocks:
+        rounds = range(round_number, round_number + 1) if round_number else range(1, args.rounds + 1)
+        with server_stack(name):
+            points, roles, startup_s = measure_new_stack(args, levels, rounds, name, driver_loop_factory)
+        results += points
+        startups.setdefault(name, []).append(round(startup_s, 2))
 
     summaries = summarize(results)
     print()
@@ -472,7 +471,8 @@ def main(argv: list[str] | None = None) -> int:
             "workload": "simple_agent + scripted_model + example_single_tool_call: /run = seed_session, "
             "2 model calls, 1 get_weather, verify",
             "machine": info,
-            "startup_s": round(startup_s, 2),
+            "startup_s": startups,
+            "stacks": stacks,
             "driver_loop": args.loop,
             "client": args.client,
             "path": args.path,
@@ -487,10 +487,82 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if any(r.failed or r.aborted.startswith("no rollout") for r in results) else 0
 
 
+def measure_new_stack(
+    args: argparse.Namespace,
+    levels: list[int],
+    rounds: range,
+    stack_name: str,
+    driver_loop_factory: Callable[[], asyncio.AbstractEventLoop] | None,
+) -> tuple[list[PointResult], dict[str, str], float]:
+    """Start the stack, run ``rounds`` of the sweep on it, stop it: the points, the servers' roles, the start-up."""
+    with contextlib.ExitStack() as stack_cm:
+        label = f"{stack_name}-r{rounds.start}" if stack_name else ""
+        if args.keep_logs:
+            workdir = args.keep_logs / label if label else args.keep_logs
+            workdir.mkdir(parents=True, exist_ok=True)
+        else:
+            workdir = Path(stack_cm.enter_context(tempfile.TemporaryDirectory(prefix="rollout-bench-")))
+        configs = [
+            EPISODE_CONFIG
+            if args.path == "episode"
+            else REPO / "resources_servers" / ENVIRONMENT / "configs" / f"{ENVIRONMENT}.yaml",
+            REPO / "responses_api_models" / "scripted_model" / "configs" / "scripted_model.yaml",
+        ]
+        if args.path == "relay":
+            relay = workdir / "relay.yaml"
+            relay.write_text(json.dumps(RELAY))  # JSON is YAML
+            configs.append(relay)
+        overrides = [
+            "+config_paths=[" + ",".join(str(c) for c in configs) + "]",
+            "+shared_venv=true",
+            "+head_server={port: 0}",
+            f"+results_dir={workdir / 'results'}",
+            f"+cache_dir={workdir / 'cache'}",
+            *args.override,
+        ]
+        started = time.monotonic()
+        run = stack_cm.enter_context(running_servers(overrides, echo=False, startup_timeout_s=120))
+        startup_s = time.monotonic() - started
+        server_pids = {s.name: s.popen.pid for s in run.servers if s.popen is not None}
+        stack = Stack(server_pids, self_name="launcher" if args.client == COLLECT else "driver")
+        host, _, port = run.head_url.removeprefix("http://").rpartition(":")
+        model_pid = next(s.popen.pid for s in run.servers if s.popen and s.implementation == "scripted_model")
+        roles = {s.name: ROLES.get(s.server_type, s.server_type) for s in run.servers}
+        entry = AGENT if args.path == "direct" else ENVIRONMENT_SERVER
+        target = Target(f"{run.urls[entry]}/run", load_rows(), (host, int(port)), model_pid, workdir)
+        pids = ", ".join(f"{s.name} (pid {s.popen.pid})" for s in run.servers if s.popen is not None)
+        served = f", stack: {stack_name}" if stack_name else ""
+        print(f"stack ready in {startup_s:.1f} s: {pids}; client: {args.client}, path: {args.path}{served}", flush=True)
+        points = run_sweep(stack, target, levels, rounds, args, driver_loop_factory)
+    for point in points:
+        point.stack = stack_name
+    return points, roles, startup_s
+
+
+@contextlib.contextmanager
+def server_stack(name: str) -> Iterator[None]:
+    """The environment that makes the launched servers serve with ``name`` (``server_stack/sitecustomize.py``)."""
+    if not name:
+        yield
+        return
+    saved = {key: os.environ.get(key) for key in (STACK_ENV, "PYTHONPATH")}
+    os.environ[STACK_ENV] = name
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(STACK_HOOK), saved["PYTHONPATH"]) if p)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
 def run_sweep(
     stack: Stack,
     target: Target,
     levels: list[int],
+    rounds: range,
     args: argparse.Namespace,
     driver_loop_factory: Callable[[], asyncio.AbstractEventLoop] | None,
 ) -> list[PointResult]:
@@ -506,7 +578,7 @@ def run_sweep(
                 ok, wall = warm[2], warm[4]
             print(f"warm-up: {ok}/{args.warmup} ok in {wall:.1f} s", flush=True)
         results = []
-        for round_number, concurrency in ((n, c) for n in range(1, args.rounds + 1) for c in levels):
+        for round_number, concurrency in ((n, c) for n in rounds for c in levels):
             total = args.rollouts_per_point or max(5000, 3 * concurrency)
             result = await run_point(stack, target, concurrency, total, args)
             result.round = round_number
