@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from nemo_gym.observability.model_call_records import LENGTH_STOPS
 from nemo_gym.observability.records import TrajectoryRecord
 from nemo_gym.row_fields import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
 
@@ -104,7 +105,6 @@ CONTRADICTIONS = {
     "model_call_reference_ambiguous": "duplicated_captured_call",
     "model_call_reference_conflict": "conflicting_call_ownership",
 }
-LENGTH_STOPS = frozenset({"length", "max_output_tokens", "max_tokens"})
 _TOOL_CALL_TYPES = frozenset(
     {
         "function_call",

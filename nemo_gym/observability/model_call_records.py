@@ -16,6 +16,9 @@ from pydantic import BaseModel, Field
 
 from nemo_gym.config.server_models import ModelServerRef
 
+LENGTH_STOPS = frozenset({"length", "max_output_tokens", "max_tokens"})
+"""Finish reasons of a generation cut off at its length limit (Chat, Responses, Messages)."""
+
 
 class ModelCallRecord(BaseModel):
     """What one captured exchange says: identity, outcome, tokens, cache use, latency and (optionally) payloads.

@@ -28,6 +28,7 @@ from nemo_gym.observability.capture import (
 )
 from nemo_gym.observability.correlation import rollout_id_from_run_body
 from nemo_gym.observability.joins import join_model_call_observations
+from nemo_gym.observability.model_call_records import LENGTH_STOPS
 from nemo_gym.observability.records import (
     AgentInvocation,
     AgentObservationBundle,
@@ -73,14 +74,25 @@ def clear_model_call_captures(rows: list[dict[str, Any]], capture_dirs: list[Pat
                 store.incomplete_path_for(rollout_id).unlink(missing_ok=True)
 
 
+def _payloads_left_out(call: ModelCallRecord, include_payloads: bool) -> set[str] | None:
+    """The payload fields a merged call leaves in the store: all of them, except the response of a call cut off at
+    its length limit, which the runaway-generation health check must read to tell a cut answer from no answer."""
+    if include_payloads:
+        return None
+    if call.finish_reason in LENGTH_STOPS:
+        return {"request", "request_raw"}
+    return set(PAYLOAD_FIELDS)
+
+
 def merge_model_call_capture_into_record(
     record: dict[str, Any], capture_dirs: list[Path], *, include_payloads: bool = False
 ) -> dict[str, Any]:
     """Add ``ng_model_call_capture = {rollout_id, metrics, calls[, gaps]}`` to a finished rollout, in place.
 
     The rollout id comes from the record's own indices, so every agent gets the same shape. Payloads (request and
-    response bodies) stay in the store unless ``include_payloads``. What could not be read becomes a gap; the
-    answer and reward are never changed. Without capture directories or a rollout id the record is left as it is.
+    response bodies) stay in the store unless ``include_payloads``, but for the response of a call cut off at its
+    length limit. What could not be read becomes a gap; the answer and reward are never changed. Without capture
+    directories or a rollout id the record is left as it is.
     """
     rollout_id = rollout_id_from_run_body(record) if capture_dirs else None
     if rollout_id is None:
@@ -111,11 +123,10 @@ def merge_model_call_capture_into_record(
         except (ValueError, TypeError, AttributeError):
             logger.warning("could not join the agent observations of rollout %s", rollout_id, exc_info=True)
             gaps.append(ObservationGap(code="agent_observation_join_failed"))
-    exclude = None if include_payloads else set(PAYLOAD_FIELDS)
     capture: dict[str, Any] = {
         "rollout_id": rollout_id,
         "metrics": aggregate_model_call_records(calls),
-        "calls": [call.model_dump(mode="json", exclude=exclude) for call in calls],
+        "calls": [call.model_dump(mode="json", exclude=_payloads_left_out(call, include_payloads)) for call in calls],
     }
     if gaps:
         capture["gaps"] = [gap.model_dump(mode="json", exclude_none=True) for gap in gaps]

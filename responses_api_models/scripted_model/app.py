@@ -7,7 +7,8 @@ last turn. Replies are stateless, so any number of concurrent rollouts can share
 
 Per-task scripts: ``scripts_file`` names a JSONL file, read once at start, of ``{"match": ..., "script": ...}`` lines;
 a request whose input text (its messages' text) contains a line's ``match`` replays that line's script (the first such
-line wins), any other request replays ``script``.
+line wins), any other request replays ``script``. A line may also give the response ``status`` (``"failed"`` or
+``"incomplete"``, with the matching ``error`` or ``incomplete_details``): a model call that fails, for health checks.
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ from nemo_gym.server_utils import json_response
 
 Script = list[list[dict[str, Any]]]
 """Output items per turn."""
+_STATUSES = ("completed", "failed", "incomplete")
+_Scripted = tuple[str, Script, str]
+"""A scripts-file line: its match, its script, the status its responses report."""
 
 DEFAULT_SCRIPT: Script = [
     [{"type": "function_call", "name": "get_weather", "arguments": '{"city": "Paris"}'}],
@@ -45,7 +49,8 @@ class ScriptedModelConfig(BaseResponsesAPIModelConfig):
     reply_delay_s: float = Field(default=0.0, ge=0)
     """Seconds each reply waits before it is sent: a slow model, or (large) a hung one, for fault tests."""
     scripts_file: str | None = None
-    """JSONL of ``{"match": str, "script": [[items], ...]}`` lines: per-task scripts, chosen by text in the input."""
+    """JSONL of ``{"match": str, "script": [[items], ...], "status"?: str}`` lines: per-task scripts, chosen by text in
+    the input."""
 
 
 class ScriptedModel(SimpleResponsesAPIModel):
@@ -60,13 +65,16 @@ class ScriptedModel(SimpleResponsesAPIModel):
     def model_ids(self) -> list[str]:
         return [self.config.model_name]
 
-    def _turn(self, finished_tool_calls: int, texts: Iterable[str]) -> list[dict[str, Any]]:
-        """The items to answer with: the first per-task script whose match is in ``texts``, else ``script``."""
-        script = self.config.script
+    def _turn(self, finished_tool_calls: int, texts: Iterable[str]) -> tuple[list[dict[str, Any]], str]:
+        """The items to answer with and the response's status: the first per-task script whose match is in
+        ``texts``, else ``script`` (completed)."""
+        script, status = self.config.script, "completed"
         if self._scripts:
             text = "\0".join(texts)  # joined once; NUL keeps a match from spanning two messages
-            script = next((found for match, found in self._scripts if match in text), script)
-        return script[min(finished_tool_calls, len(script) - 1)]
+            script, status = next(
+                ((found, how) for match, found, how in self._scripts if match in text), (script, status)
+            )
+        return script[min(finished_tool_calls, len(script) - 1)], status
 
     async def _delay(self) -> None:
         if self.config.reply_delay_s:
@@ -81,7 +89,8 @@ class ScriptedModel(SimpleResponsesAPIModel):
         finished = sum(1 for item in items if getattr(item, "type", None) == "function_call_output")
         number = next(self._ids)
         texts = [body.input] if isinstance(body.input, str) else _message_texts(items)
-        output = [_complete_item(item, number, i) for i, item in enumerate(self._turn(finished, texts))]
+        turn, status = self._turn(finished, texts)
+        output = [_complete_item(item, number, i) for i, item in enumerate(turn)]
         input_tokens = _input_size(raw) // 4
         output_tokens = sum(len(orjson.dumps(item)) for item in output) // 4
         return json_response(
@@ -90,7 +99,9 @@ class ScriptedModel(SimpleResponsesAPIModel):
                 "object": "response",
                 "created_at": int(time.time()),
                 "model": self.config.model_name,
-                "status": "completed",
+                "status": status,
+                "error": {"code": "server_error", "message": "scripted failure"} if status == "failed" else None,
+                "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
                 "output": output,
                 "parallel_tool_calls": body.parallel_tool_calls,
                 "tool_choice": body.tool_choice if isinstance(body.tool_choice, str) else "auto",
@@ -114,7 +125,7 @@ class ScriptedModel(SimpleResponsesAPIModel):
         number = next(self._ids)
         text_parts: list[str] = []
         tool_calls: list[dict[str, Any]] = []
-        for i, item in enumerate(self._turn(finished, _message_texts(body.messages))):
+        for i, item in enumerate(self._turn(finished, _message_texts(body.messages))[0]):
             if item.get("type") == "function_call":
                 call_id = item.get("call_id") or f"call_{number}_{i}"
                 tool_calls.append(
@@ -154,8 +165,8 @@ def _message_texts(messages: Iterable[Any]) -> Iterator[str]:
             yield from (text for part in content if isinstance(text := getattr(part, "text", None), str))
 
 
-def _load_scripts(path: str) -> list[tuple[str, Script]]:
-    """The ``(match, script)`` pairs of a scripts file, in file order; any bad line is a config error that names it."""
+def _load_scripts(path: str) -> list[_Scripted]:
+    """The ``(match, script, status)`` of each line of a scripts file, in file order; any bad line is a config error that names it."""
     shape = 'each line must be {"match": "<text>", "script": [[<turn 0 items>], [<turn 1 items>], ...]}'
     try:
         lines = Path(path).read_text(encoding="utf-8").split("\n")  # not splitlines: JSON strings may hold U+2028
@@ -165,7 +176,7 @@ def _load_scripts(path: str) -> list[tuple[str, Script]]:
             f"scripts_file {path}: cannot read it ({reason}); give a UTF-8 file's path, relative to {Path.cwd()} or "
             "absolute"
         ) from error
-    scripts: list[tuple[str, Script]] = []
+    scripts: list[_Scripted] = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -188,7 +199,10 @@ def _load_scripts(path: str) -> list[tuple[str, Script]]:
                 f"scripts_file {path} line {number}: 'script' must be a non-empty list of non-empty lists of items; "
                 f"{shape}"
             )
-        scripts.append((match, script))
+        status = entry.get("status", "completed")
+        if status not in _STATUSES:
+            raise ConfigError(f"scripts_file {path} line {number}: 'status' must be one of {', '.join(_STATUSES)}")
+        scripts.append((match, script, status))
     return scripts
 
 

@@ -206,6 +206,28 @@ def test_the_capture_merges_into_the_rollout_without_touching_its_answer(tmp_pat
     assert merge_model_call_capture_into_record(untouched, []) == {"_ng_task_index": 9, "_ng_rollout_index": 0}
 
 
+class _CutOffModel(SimpleResponsesAPIModel):
+    async def responses(self, body: dict[str, Any]) -> dict[str, Any]:  # type: ignore[override]
+        cut = {"status": "incomplete", "incomplete_details": {"reason": "max_output_tokens"}}
+        return {"id": "resp_2", "model": "m", "output": [], "usage": _USAGE} | cut
+
+
+def test_a_call_cut_off_at_its_length_limit_keeps_its_response_for_the_health_checks(tmp_path: Path) -> None:
+    """The runaway-generation check tells a cut answer from no answer by the response, so that payload stays."""
+    config = BaseResponsesAPIModelConfig(name="policy", **_SERVER)
+    app = _CutOffModel(config=config, server_client=_client(_capture_on(tmp_path))).setup_webserver()
+    TestClient(app).post("/ng-rollout/1-0/v1/responses", json={"input": "q"})
+    record = {"_ng_task_index": 1, "_ng_rollout_index": 0, "reward": 0.0, "response": {"output": []}}
+    result = merge_model_call_capture_into_record(record, [tmp_path])
+    [call] = result["ng_model_call_capture"]["calls"]
+    assert call["finish_reason"] == "max_output_tokens" and call["response"]["status"] == "incomplete"
+    assert "request" not in call  # the request stays in the store as for any call
+    response = call["response"]
+    _attach_trajectory_record({"_ng_task_index": 1, "_ng_rollout_index": 0}, result)
+    [projected] = TrajectoryRecord.model_validate(result[NG_TRAJECTORY_KEY]).model_calls
+    assert projected.response == response  # the trajectory keeps it; the capture copy is dropped as for any call
+
+
 def test_the_trajectory_record_joins_capture_and_agent_observations(tmp_path: Path) -> None:
     row = {"_ng_task_index": 1, "_ng_rollout_index": 0, "task_id": "t-1"}
     result = merge_model_call_capture_into_record(_captured_rollout(tmp_path), [tmp_path], include_payloads=True)

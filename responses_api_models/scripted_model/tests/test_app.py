@@ -131,6 +131,22 @@ def test_the_first_matching_line_wins(tmp_path):
     assert NeMoGymResponse.model_validate(answer).output_text == "first"
 
 
+def test_a_line_can_make_its_responses_fail_or_stop_short(tmp_path):
+    failing = orjson.dumps({"match": "task 7", "script": [_answer("")], "status": "failed"}).decode()
+    short = orjson.dumps({"match": "task 8", "script": [_answer("eig")], "status": "incomplete"}).decode()
+    api = client(scripts_file=str(_scripts_file(tmp_path, failing, short)))
+    failed = NeMoGymResponse.model_validate(api.post("/v1/responses", json={"input": "task 7"}).json())
+    assert failed.status == "failed" and failed.error is not None and failed.error.code == "server_error"
+    cut = NeMoGymResponse.model_validate(api.post("/v1/responses", json={"input": "task 8"}).json())
+    assert cut.status == "incomplete" and cut.incomplete_details is not None
+    assert cut.incomplete_details.reason == "max_output_tokens"
+    fine = api.post("/v1/responses", json={"input": "other"}).json()
+    assert (fine["status"], fine["error"], fine["incomplete_details"]) == ("completed", None, None)
+    bad = orjson.dumps({"match": "x", "script": [_answer("")], "status": "exploded"}).decode()
+    with pytest.raises(ConfigError, match="line 1: 'status' must be one of completed, failed, incomplete"):
+        client(scripts_file=str(_scripts_file(tmp_path, bad)))
+
+
 def test_chat_completions_pick_scripts_by_match_too(tmp_path):
     call = {"type": "function_call", "name": "lookup", "arguments": "{}"}
     api = client(scripts_file=str(_scripts_file(tmp_path, _line("task 7", [call], _answer("seven")))))
