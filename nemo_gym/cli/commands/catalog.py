@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 from rich.table import Table
@@ -13,12 +14,11 @@ from nemo_gym.assets import (
     ComponentConfig,
     list_benchmarks,
     list_component_configs,
-    list_environments,
     read_raw_yaml,
 )
 from nemo_gym.cli.command import Command, Invocation, Positional
-from nemo_gym.cli.flags import CONFIG_FLAGS, JSON_FLAG
-from nemo_gym.cli.output import console
+from nemo_gym.cli.flags import CONFIG_FLAGS, JSON_FLAG, Flag
+from nemo_gym.cli.output import console, print_warning
 from nemo_gym.config.keys import MISSING
 from nemo_gym.errors import ConfigError
 
@@ -46,16 +46,15 @@ def _instances(raw: dict[str, Any], server_type: str) -> list[str]:
 
 
 def environment_rows() -> list[dict[str, Any]]:
+    """Every environment with its manifest's facts (``environment/catalog.py``) and what its config wires."""
+    from nemo_gym.environment.catalog import catalog_entries
+
     rows = []
-    for entry in list_environments():
-        raw = read_raw_yaml(entry.config_path)
+    for entry in catalog_entries("environment"):
+        raw = read_raw_yaml(Path(entry.config_path))
         rows.append(
             {
-                "name": entry.name,
-                "kind": "environment",
-                "domain": entry.domain,
-                "description": entry.description,
-                "config_path": str(entry.config_path),
+                **entry.as_dict(),
                 "resources_servers": _instances(raw, "resources_servers"),
                 "agents": _instances(raw, "responses_api_agents"),
                 "environment_servers": _instances(raw, "environment_servers"),
@@ -186,7 +185,7 @@ ROW_SOURCES = {
     "environment-servers": environment_server_rows,
 }
 COLUMNS = {
-    "environments": ("name", "domain", "description"),
+    "environments": ("name", "status", "lifecycle", "domain", "description"),
     "benchmarks": ("name", "domain", "agent", "num_repeats", "jsonl_fpath", "description"),
     "resources-servers": ("name", "domain", "description"),
     "models": ("name", "description", "config_path"),
@@ -228,19 +227,56 @@ def _inspect(row: dict[str, Any], as_json: bool) -> None:
             console.print(f"  {key.replace('_', ' ') + ':':<20} {_cell(value)}")
 
 
+CATALOG_FLAGS = tuple(
+    Flag((f"--{name.replace('_', '-')}",), help_text, metavar=name.upper())
+    for name, help_text in (
+        ("kind", "environment (default) or benchmark"),
+        ("domain", "only this domain (math, coding, agent, ...)"),
+        ("integration_profile", "only this manifest profile (custom-gym-verifier, custom-gym-agent-loop, ...)"),
+        ("modality", "only this modality (text, multimodal, ...)"),
+        ("licensing", "only this licence (an SPDX expression, internal, proprietary or unknown)"),
+        ("status", "experimental or no-manifest (NeMo Gym 0.7's catalog status)"),
+        ("lifecycle", "active or deprecated"),
+        ("determinism", "seeded, stochastic or unknown"),
+    )
+)
+"""``gym list environments``' filters: NeMo Gym 0.7's six, and the manifest's profile and determinism."""
+
+
+def catalog_rows(invocation: Invocation) -> list[dict[str, Any]]:
+    """``gym list environments``' rows: environments, or with ``--kind benchmark`` benchmarks, filtered by the
+    catalog flags; a manifest that does not load and a filter some rows cannot be judged by are told as warnings."""
+    from nemo_gym.environment.catalog import FILTERS, catalog_entries, filter_entries
+
+    wanted = {key: str(invocation.get(key)) for key in FILTERS if invocation.get(key) is not None}
+    kind = wanted.pop("kind", "environment")
+    if kind not in ("environment", "benchmark"):
+        raise ConfigError(f"--kind must be environment or benchmark, got {kind!r}")
+    rows = environment_rows() if kind == "environment" else [e.as_dict() for e in catalog_entries("benchmark")]
+    for row in rows:
+        if row.get("manifest_error"):
+            print_warning(row["manifest_error"])
+    rows, unjudged = filter_entries(rows, wanted)
+    for key, count in unjudged.items():
+        entries = "entry has" if count == 1 else "entries have"
+        print_warning(f"{count} catalog {entries} no {key} (no manifest) and could not be matched")
+    return rows
+
+
 def list_command(kind: str):
     def handler(invocation: Invocation) -> int:
-        rows = ROW_SOURCES[kind]()
+        rows = catalog_rows(invocation) if kind == "environments" else ROW_SOURCES[kind]()
+        label = "benchmarks" if kind == "environments" and invocation.get("kind") == "benchmark" else kind
         name = invocation.get("name")
         if name:
             match = next((row for row in rows if row["name"] == name), None)
             if match is None:
                 close = difflib.get_close_matches(name, [row["name"] for row in rows], n=3, cutoff=0.5)
                 hint = f" Did you mean: {', '.join(close)}?" if close else f" See `gym list {kind}`."
-                raise ConfigError(f"no {kind.rstrip('s').replace('-', ' ')} named {name!r}.{hint}")
+                raise ConfigError(f"no {label.rstrip('s').replace('-', ' ')} named {name!r}.{hint}")
             _inspect(match, invocation.get("json"))
         else:
-            _render(rows, COLUMNS[kind], kind.replace("-", " ").capitalize(), invocation.get("json"))
+            _render(rows, COLUMNS[kind], label.replace("-", " ").capitalize(), invocation.get("json"))
         return 0
 
     return handler
@@ -284,7 +320,7 @@ def search(invocation: Invocation) -> int:
 COMMANDS = tuple(
     Command(
         "list", kind, f"list available {kind.replace('-', ' ')} (or inspect one by NAME)", list_command(kind),
-        flags=(JSON_FLAG, SEARCH_DIR_FLAG), positionals=(Positional("name", "inspect this one", nargs="?"),),
+        flags=(JSON_FLAG, SEARCH_DIR_FLAG, *(CATALOG_FLAGS if kind == "environments" else ())), positionals=(Positional("name", "inspect this one", nargs="?"),),
     )
     for kind in KINDS
 ) + (
