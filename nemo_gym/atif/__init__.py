@@ -4,3 +4,6 @@
 the two directions of the mapping between a rollout row and a trajectory, ``export`` the folder ``gym eval export``
 writes and ``reverify`` what ``gym eval reverify --atif-manifest`` reads back.
 """
+
+DEFAULT_AGENT_VERSION = "unspecified"
+"""``--agent-version`` when none is given: ATIF requires a version, and a rollout does not record its agent's."""

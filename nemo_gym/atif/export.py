@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 
+from nemo_gym.atif import DEFAULT_AGENT_VERSION
 from nemo_gym.atif.from_rollout import is_index, rollout_to_trajectory
 from nemo_gym.atif.schema import Trajectory
 from nemo_gym.atif.strict_json import loads_object
@@ -27,8 +28,6 @@ from nemo_gym.rollouts.outputs import materialized_inputs_path
 from nemo_gym.row_fields import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
 
 MANIFEST_NAME = "manifest.jsonl"
-DEFAULT_AGENT_VERSION = "unspecified"
-"""``--agent-version`` when none is given: ATIF requires a version, and a rollout does not record its agent's."""
 MAX_LISTED = 5
 
 Key = tuple[int, int]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from nemo_gym.atif import DEFAULT_AGENT_VERSION
 from nemo_gym.cli.command import Command, Invocation
 from nemo_gym.cli.flags import Flag
 from nemo_gym.cli.output import console, err_console
@@ -22,12 +23,12 @@ EXPORT_FLAGS = (
     Flag(("--session-id",), "the run's id in every trajectory (default: the rollouts file's name without .jsonl)",
          metavar="ID"),
     Flag(("--agent-version",), "version of the agent that made the rollouts (ATIF requires one; default "
-         "'unspecified')", metavar="VERSION"),
+         f"{DEFAULT_AGENT_VERSION!r})", metavar="VERSION"),
 )  # fmt: skip
 
 
 def export(invocation: Invocation) -> int:
-    from nemo_gym.atif.export import DEFAULT_AGENT_VERSION, export_atif
+    from nemo_gym.atif.export import export_atif
 
     fmt = invocation.get("format") or "atif"
     if fmt != "atif":
