@@ -23,6 +23,8 @@ __all__ = [
     "NO_PERSIST_KEY",
     "ROLLOUT_ID_KEY",
     "ROLLOUT_INDEX_KEY",
+    "ROLLOUT_SECONDS_KEY",
+    "ROLLOUT_STARTED_AT_KEY",
     "TASK_INDEX_KEY",
 ]
 
@@ -48,3 +50,7 @@ FAILURE_TERMINAL_KEY = "_ng_failure_terminal"
 NO_PERSIST_KEY = "_ng_no_persist"
 """A result written nowhere (an infrastructure failure such as a killed sandbox): resume runs it again, and the
 attempt does not count against the cap."""
+ROLLOUT_STARTED_AT_KEY = "_ng_rollout_started_at"
+"""When the collector sent the rollout (seconds since the epoch), stamped only when asked (``gym env loadtest``)."""
+ROLLOUT_SECONDS_KEY = "_ng_rollout_seconds"
+"""How long the rollout took as the collector saw it, retries after a server restart included (with the above)."""

@@ -7,6 +7,7 @@ server kinds; ``run_webserver()`` is what an implementation's ``app.py`` calls u
 
 from __future__ import annotations
 
+import asyncio
 import difflib
 import logging
 import os
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import orjson
 import uvicorn
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from omegaconf import DictConfig
 from pydantic import BaseModel, ConfigDict, PrivateAttr
@@ -50,6 +51,7 @@ from nemo_gym.transport.routes import BodyRoute as _BodyRoute
 from nemo_gym.transport.routes import ServerApp as _ServerApp
 from nemo_gym.transport.session_cookie import SESSION_ID_KEY, SessionCookieMiddleware
 from nemo_gym.transport.shared_session import GlobalAIOHTTPAsyncClientConfig
+from nemo_gym.transport.types import LOOP_LAG_HEADER as _LOOP_LAG_HEADER
 from nemo_gym.transport.types import STARTED_AT_HEADER as _STARTED_AT_HEADER
 from nemo_gym.transport.types import ServerTimeoutError, TransportError
 from nemo_gym.verifiers.offload import RAY_ADDRESS_ENV_VAR as _RAY_ADDRESS_ENV_VAR
@@ -505,10 +507,16 @@ class SimpleServer(BaseServer):
             if path not in taken:
                 app.get(path, include_in_schema=False)(self._health)
 
-    async def _health(self) -> Response:
+    async def _health(self, request: Request) -> Response:
         """``{"status": "ok"}``, with when this process started: the collector's breaker tells a restarted server
-        from one that was up all along by it (``rollouts/breaker.py``)."""
-        return Response(_HEALTHY, media_type="application/json", headers={_STARTED_AT_HEADER: _PROCESS_STARTED_AT})
+        from one that was up all along by it (``rollouts/breaker.py``). With ``?loop_lag=1`` also the event loop's
+        scheduling delay, measured over one yield (bounded: it costs one turn of the loop)."""
+        headers = {_STARTED_AT_HEADER: _PROCESS_STARTED_AT}
+        if "loop_lag" in request.query_params:
+            before = time.perf_counter()  # not loop.time(): uvloop's clock ticks in whole milliseconds
+            await asyncio.sleep(0)
+            headers[_LOOP_LAG_HEADER] = f"{time.perf_counter() - before:.6f}"
+        return Response(_HEALTHY, media_type="application/json", headers=headers)
 
     @classmethod
     def load_config(cls, name: str, global_config: DictConfig) -> BaseRunServerInstanceConfig:

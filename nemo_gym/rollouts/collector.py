@@ -77,6 +77,8 @@ from nemo_gym.row_fields import (
     FAILURE_STAGE_KEY,
     FAILURE_TERMINAL_KEY,
     NO_PERSIST_KEY,
+    ROLLOUT_SECONDS_KEY,
+    ROLLOUT_STARTED_AT_KEY,
 )
 from nemo_gym.transport import http_client
 from nemo_gym.transport.http_client import ServerTimeoutError, TransportConfig, TransportError
@@ -119,6 +121,10 @@ class CollectionOptions:
     """How long a down server may stay down before the run stops (``--server-down-deadline``)."""
     routes: Routes | None = None
     """Environment servers in front of agents (``rollouts/routing.py``); None: every row straight to its agent."""
+    stop_starting_at: float | None = None
+    """``time.monotonic()`` after which no new rollout starts; those in flight finish (a load test's timed step)."""
+    stamp_times: bool = False
+    """Stamp every result and failure record with when it was sent and how long it took (``row_fields``)."""
 
 
 @dataclass
@@ -217,6 +223,8 @@ class RolloutCollector:
     def _pending(self, state: _ResumeState) -> Iterator[_Pending]:
         keep_row = self._send is not None or bool(self.options.capture_dirs)  # the row is needed whole anyway
         for _, line, row in iter_jsonl_lines(self.materialized.path):
+            if self.options.stop_starting_at is not None and time.monotonic() >= self.options.stop_starting_at:
+                return
             key = rollout_key(row)
             if key in state.done:
                 self.summary.skipped_done += 1
@@ -275,7 +283,7 @@ class RolloutCollector:
         ):
             self._fail(row, RolloutFailure("unknown_agent", f"agent {agent!r} is not running"))
             return
-        restart_reruns = 0
+        restart_reruns, started = 0, time.time()
         while True:
             await self._breakers.wait_until_closed()
             attempt_started = time.time()
@@ -296,9 +304,11 @@ class RolloutCollector:
             if restart_reruns < MAX_RESTART_RERUNS and await self._breakers.restarted_since(attempt_started):
                 restart_reruns += 1  # a server restarted under it (its session went with the old process)
                 continue
-            self._fail(row, result)
+            self._fail(row, result, started)
             return
         self._breakers.record_success()
+        if self.options.stamp_times:
+            result[ROLLOUT_STARTED_AT_KEY], result[ROLLOUT_SECONDS_KEY] = started, time.time() - started
         result[TASK_INDEX_KEY] = row[TASK_INDEX_KEY]
         result[ROLLOUT_INDEX_KEY] = row[ROLLOUT_INDEX_KEY]
         result[AGENT_REF_KEY] = row[AGENT_REF_KEY]
@@ -331,7 +341,7 @@ class RolloutCollector:
         tqdm.write(line, file=sys.stderr)
         sys.stderr.flush()
 
-    def _fail(self, row: dict[str, Any], failure: RolloutFailure) -> None:
+    def _fail(self, row: dict[str, Any], failure: RolloutFailure, started: float | None = None) -> None:
         if failure.persist:
             record = failure.answer_fields() | {
                 TASK_INDEX_KEY: row[TASK_INDEX_KEY],
@@ -345,6 +355,8 @@ class RolloutCollector:
             }
             if failure.stage is not None:
                 record[FAILURE_STAGE_KEY] = failure.stage
+            if self.options.stamp_times and started is not None:
+                record[ROLLOUT_STARTED_AT_KEY], record[ROLLOUT_SECONDS_KEY] = started, time.time() - started
             self._failures.write(record | ({FAILURE_TERMINAL_KEY: True} if failure.terminal else {}))
         else:
             self.summary.not_persisted += 1

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import bisect
 
-__all__ = ["DispatchLatencyTracker"]
+__all__ = ["DispatchLatencyTracker", "quantile"]
 
 _MIN_SAMPLES_FOR_MARGIN = 5
 """Finished rollouts needed before their upper quartile is trusted as the drain margin."""
@@ -41,14 +41,7 @@ class DispatchLatencyTracker:
 
     def quantile(self, q: float) -> float | None:
         """The ``q`` quantile (linear interpolation between ranks); None before any rollout finished."""
-        values = self._sorted
-        if not values:
-            return None
-        position = (len(values) - 1) * q
-        below = int(position)
-        above = min(below + 1, len(values) - 1)
-        fraction = position - below
-        return values[below] + (values[above] - values[below]) * fraction
+        return quantile(self._sorted, q)
 
     def drain_margin(self, configured: float | None) -> float | None:
         """Seconds a rollout needs left in the budget to be started: ``configured`` when given, else this run's own
@@ -77,3 +70,14 @@ class DispatchLatencyTracker:
                 "They wrote no row and run again on resume."
             )
         return "\n".join(lines)
+
+
+def quantile(values: list[float], q: float) -> float | None:
+    """The ``q`` quantile of ascending ``values`` (linear interpolation between ranks); None when there are none."""
+    if not values:
+        return None
+    position = (len(values) - 1) * q
+    below = int(position)
+    above = min(below + 1, len(values) - 1)
+    fraction = position - below
+    return values[below] + (values[above] - values[below]) * fraction

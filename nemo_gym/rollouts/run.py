@@ -114,14 +114,30 @@ def run_collection(
         with claim_output(settings):
             return run_collection(settings, config, show_progress, prepare_inputs(settings, config), placed)
     composed = ComposedConfig.of(config)
-    output = Path(settings.output_jsonl_fpath).expanduser().resolve()
-    urls = agent_urls(composed)
+    options = collection_options(settings, composed, show_progress, placed)
+    with asyncio.Runner(loop_factory=collector_loop_factory()) as runner:
+        result = runner.run(_collect_and_aggregate(materialized, agent_urls(composed), options, settings))
+    if not settings.disable_aggregation and not settings.disable_health_check:
+        from nemo_gym.health.report import check_after_run
+
+        output = options.output_path
+        result.health = check_after_run(output, settings.health_check_workers, settings.health_check_ignored_checks)
+    return result
+
+
+def collection_options(
+    settings: RolloutCollectionConfig,
+    composed: ComposedConfig,
+    show_progress: bool = True,
+    placed: list[dict[str, Any]] | None = None,
+) -> CollectionOptions:
+    """The collector's options for ``settings`` against the servers of ``composed`` (see :func:`run_collection`)."""
     if placed is None and composed.config.get(RAY_ADDRESS_KEY):
         placed = placed_servers(composed)
-    options = CollectionOptions(
+    return CollectionOptions(
         servers=run_servers(composed, placed),
         server_down_deadline_s=settings.server_down_deadline_seconds,
-        output_path=output,
+        output_path=Path(settings.output_jsonl_fpath).expanduser().resolve(),
         concurrency=settings.num_samples_in_parallel,
         resume=settings.resume_from_cache,
         retry_terminal_timeouts=settings.retry_terminal_timeouts,
@@ -131,13 +147,6 @@ def run_collection(
         capture_dirs=capture_dirs_from_config(composed.config),
         routes=run_routes(settings, composed),
     )
-    with asyncio.Runner(loop_factory=collector_loop_factory()) as runner:
-        result = runner.run(_collect_and_aggregate(materialized, urls, options, settings))
-    if not settings.disable_aggregation and not settings.disable_health_check:
-        from nemo_gym.health.report import check_after_run
-
-        result.health = check_after_run(output, settings.health_check_workers, settings.health_check_ignored_checks)
-    return result
 
 
 COLLECTOR_GC_GEN0_THRESHOLD = 20_000

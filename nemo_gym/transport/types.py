@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from nemo_gym.errors import TransportError
 
 __all__ = [
+    "LOOP_LAG_HEADER",
     "STARTED_AT_HEADER",
     "UPSTREAM_FAILURE_HEADER",
     "ServerRequestError",
@@ -26,6 +27,9 @@ __all__ = [
 STARTED_AT_HEADER = "X-NeMo-Gym-Started-At"
 """On a server's health answer (``GET /``): when its process started (seconds since the epoch). A failure that a
 restart of that server caused is told apart by it: the server answers, but started after the rollout did."""
+LOOP_LAG_HEADER = "X-NeMo-Gym-Loop-Lag"
+"""On a health answer to ``GET /?loop_lag=1``: seconds the server's event loop took to come back to the handler after
+one yield (the work queued ahead of it), what ``gym env loadtest`` reports as the server's event-loop lag."""
 UPSTREAM_FAILURE_HEADER = "X-NeMo-Gym-Upstream-Failure"
 """Set on the 502 a server of ours answers when a call it made to another server failed. Such a 502 is that server's
 answer, after it may have done part of the work (an agent's rollout), not a gateway's "nothing was done": the

@@ -102,6 +102,7 @@ LAYERS: dict[str, int] = {
     "skills": 6,
     "mcp_auto_exposure": 6,
     "viewer/": 6,
+    "loadtest/": 6,
     # 7: the command line
     "cli/": 7,
 }

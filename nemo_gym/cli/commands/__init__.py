@@ -11,6 +11,7 @@ from nemo_gym.cli.commands import (
     eval,
     health,
     launch,
+    loadtest,
     train,
     view,
 )
@@ -27,6 +28,7 @@ GROUP_HELP = {
 ALL_COMMANDS: tuple[Command, ...] = (
     *env.COMMANDS,
     *env_hub.COMMANDS,
+    *loadtest.COMMANDS,
     *launch.COMMANDS,
     *authoring.COMMANDS,
     *eval.COMMANDS,
