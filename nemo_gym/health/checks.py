@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from nemo_gym.observability.model_call_records import LENGTH_STOPS
 from nemo_gym.observability.records import TrajectoryRecord
@@ -136,10 +136,21 @@ _TEXT_KEYS = (
 
 
 def canonical_trajectory(record: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
-    """The row's ``ng_trajectory`` validated and dumped; ``(None, error name)`` when it does not validate."""
+    """The row's ``ng_trajectory`` validated; ``(None, error name)`` when it does not validate.
+
+    A trajectory that validates strictly (no value coerced) is already canonical in every field a check reads, so it
+    is used as it is: dumping it again would cost more than parsing the line. Else it is validated leniently and
+    dumped, which spells every value as the model does.
+    """
     raw = record.get("ng_trajectory")
     if raw is None:
         return None, None
+    if isinstance(raw, dict):
+        try:
+            TrajectoryRecord.model_validate(raw, strict=True)
+            return raw, None
+        except ValidationError:
+            pass
     try:
         return TrajectoryRecord.model_validate(raw).model_dump(mode="json"), None
     except Exception as error:
@@ -264,8 +275,9 @@ def _distinct(references: Iterable[tuple[str, dict[str, Any]]]) -> list[tuple[st
     seen: set[tuple[str, ...]] = set()
     kept = []
     for key, reference in references:
-        if _signature(reference) not in seen:
-            seen.add(_signature(reference))
+        signature = _signature(reference)
+        if signature not in seen:
+            seen.add(signature)
             kept.append((key, reference))
     return kept
 
@@ -312,6 +324,7 @@ class Evidence:
     calls: list[dict[str, Any]] = field(default_factory=list)
     turn_calls: CallBindings = field(default_factory=CallBindings)
     owned_calls: CallBindings = field(default_factory=CallBindings)
+    _turns: list[tuple[dict[str, int | str], bool, bool]] | None = field(default=None, repr=False)
 
     @classmethod
     def of(cls, record: dict[str, Any], subject: dict[str, int | str], trajectory: dict[str, Any] | None) -> Evidence:
@@ -324,20 +337,21 @@ class Evidence:
             evidence.owned_calls = _bind(_distinct([*by_turns, *by_invocations]), evidence.calls)
         return evidence
 
-    def turns(self) -> list[tuple[dict[str, int | str], bool, bool, bool]]:
-        """Per turn: its locator, whether it said something, called a tool, referenced a model call."""
-        rows = []
-        for position, turn in enumerate(self.trajectory.get("turns") or []):
-            said = _has_text(turn.get("answer")) or _has_text(turn.get("reasoning_content"))
-            rows.append(
+    def turns(self) -> list[tuple[dict[str, int | str], bool, bool]]:
+        """Per turn (read once): its locator, whether it did something (called a tool or said something), whether it
+        referenced a model call."""
+        if self._turns is None:
+            self._turns = [
                 (
                     {"turn": turn.get("turn_no", position)},
-                    said,
-                    _has_tool_call(turn.get("answer")),
+                    _has_tool_call(turn.get("answer"))  # the cheaper test first: most turns call a tool
+                    or _has_text(turn.get("answer"))
+                    or _has_text(turn.get("reasoning_content")),
                     bool(_references([turn])),
                 )
-            )
-        return rows
+                for position, turn in enumerate(self.trajectory.get("turns") or [])
+            ]
+        return self._turns
 
 
 def transcript_tokens(record: dict[str, Any]) -> tuple[int, int, bool]:
@@ -376,7 +390,7 @@ def _per_call(check: str, evidence: Evidence, test: Callable[[dict[str, Any]], d
 
 
 def missing_agent_turns(evidence: Evidence) -> list[Finding]:
-    if any(said or tool or referenced for _, said, tool, referenced in evidence.turns()):
+    if any(active or referenced for _, active, referenced in evidence.turns()):
         return []
     detail = {"reason": "no agent turn with model activity"}
     return [Finding(check="rollout_missing_agent_turns", subject=evidence.subject, detail=detail)]
@@ -386,8 +400,8 @@ def hollow_turns(evidence: Evidence) -> list[Finding]:
     detail = {"reason": "agent turn has no message or tool calls"}
     return [
         Finding(check="agent_turn_hollow", subject=evidence.subject, locator=locator, detail=detail)
-        for locator, said, tool, _ in evidence.turns()
-        if not said and not tool
+        for locator, active, _ in evidence.turns()
+        if not active
     ]
 
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections import Counter, defaultdict
+from collections import Counter, defaultdict, deque
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any, Literal
@@ -38,6 +38,7 @@ from nemo_gym.health.checks import (
     subject_of,
     transcript_tokens,
 )
+from nemo_gym.health.lines import BLOCK_BYTES, Block, blocks
 from nemo_gym.row_fields import ROLLOUT_ID_KEY, ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
 
 __all__ = ["HealthCheckResult", "RolloutDigest", "run_health_checks"]
@@ -47,8 +48,6 @@ ROLLOUT_VERDICTS_FILENAME = "rollout_verdicts.jsonl"
 Verdict = Literal["healthy", "unhealthy", "unobserved"]
 _ROLLOUT_SPECS = tuple(spec for spec in CHECK_REGISTRY if spec.scope == "rollout")
 _TASK_SPECS = tuple(spec for spec in CHECK_REGISTRY if spec.scope == "task")
-_Item = tuple[str, int, int, int, int, frozenset[str]]
-"""One line to check: file, byte offset, length, line number, position across the files, ignored checks."""
 
 
 class RolloutDigest(BaseModel):
@@ -167,7 +166,7 @@ def _digest(
                 findings.append(Finding(check="check_execution_error", subject=subject, detail=detail))
     failed = [call for call in calls if is_failed(call)]
     prompt, completion, _ = transcript_tokens(record)
-    return RolloutDigest(
+    return RolloutDigest.model_construct(  # every value below has its field's type: validating would only cost
         task_index=task_index,
         rollout_index=rollout_index,
         stage_index=record.get("stage_index"),
@@ -189,43 +188,39 @@ def _digest(
     )
 
 
-def _work(item: _Item) -> RolloutDigest:
-    """Read one line by offset and digest it (runs in a worker process, so it takes plain values)."""
-    path, offset, length, line, ordinal, ignored = item
-    with open(path, "rb") as handle:
-        handle.seek(offset)
-        raw = handle.read(length)
-    try:
-        record = orjson.loads(raw)
-        if not isinstance(record, dict):
-            raise ValueError("a rollout line must be a JSON object")
-        parse_error = None
-    except Exception as error:
-        record, parse_error = {}, type(error).__name__
-    return _digest(record, parse_error, (path, line, ordinal), ignored)
+def _check_block(block: Block, ignored: frozenset[str]) -> list[RolloutDigest]:
+    """Digest each row of a block of lines (runs in a worker process: a block is plain bytes and numbers)."""
+    digests = []
+    for line, position, text in block.rows():
+        try:
+            record = orjson.loads(text)
+            if not isinstance(record, dict):
+                raise ValueError("a rollout line must be a JSON object")
+            parse_error = None
+        except Exception as error:
+            record, parse_error = {}, type(error).__name__
+        digests.append(_digest(record, parse_error, (block.path, line, position), ignored))
+    return digests
 
 
-def _lines(paths: Sequence[Path], ignored: frozenset[str]) -> list[_Item]:
-    items: list[_Item] = []
-    for path in paths:
-        offset = 0
-        with path.open("rb") as handle:
-            for number, text in enumerate(handle, start=1):
-                if text.strip():
-                    items.append((str(path), offset, len(text), number, len(items), ignored))
-                offset += len(text)
-    return items
-
-
-def _map(items: list[_Item], workers: int) -> list[RolloutDigest]:
-    if workers == 1 or len(items) <= 1:
-        return [_work(item) for item in items]
+def _map(paths: Sequence[Path], ignored: frozenset[str], workers: int) -> list[RolloutDigest]:
+    """Every row's digest, in file order; with ``workers`` > 1 a few blocks at a time in flight (bounded memory)."""
+    if workers == 1:
+        return [digest for block in blocks(paths) for digest in _check_block(block, ignored)]
+    digests: list[RolloutDigest] = []
     try:
         with ProcessPoolExecutor(max_workers=workers) as pool:
-            return list(pool.map(_work, items, chunksize=max(1, min(128, len(items) // (workers * 4) or 1))))
+            pending: deque[Future[list[RolloutDigest]]] = deque()
+            for block in blocks(paths):
+                pending.append(pool.submit(_check_block, block, ignored))
+                if len(pending) >= 2 * workers:
+                    digests.extend(pending.popleft().result())
+            while pending:
+                digests.extend(pending.popleft().result())
+        return digests
     except (BrokenProcessPool, NotImplementedError, OSError) as error:
         warnings.warn(f"rollout health: no process pool ({error}); checking serially", RuntimeWarning, stacklevel=3)
-        return [_work(item) for item in items]
+        return _map(paths, ignored, 1)
 
 
 def _mark_duplicates(digests: list[RolloutDigest], ignored: frozenset[str]) -> None:
@@ -370,14 +365,15 @@ def _order(digest: RolloutDigest) -> tuple[tuple[int, Any], ...]:
     return tuple((0, v) if isinstance(v, int) else (1, str(v)) for v in keys)
 
 
-SERIAL_BELOW_ROLLOUTS = 2_000
-"""Below this many rollouts the checks run in this process: starting worker processes costs more than they save."""
+SERIAL_BELOW_BYTES = 4 * BLOCK_BYTES
+"""Below this many bytes of rollouts the checks run in this process: starting worker processes costs more than they
+save (a few thousand rows)."""
 
 
-def default_workers(rollouts: int) -> int:
-    """Worker processes for ``rollouts`` lines when none are asked for: one below :data:`SERIAL_BELOW_ROLLOUTS`,
-    else a process per CPU, at most 8."""
-    return 1 if rollouts < SERIAL_BELOW_ROLLOUTS else min(os.cpu_count() or 1, 8)
+def default_workers(rollout_bytes: int) -> int:
+    """Worker processes for ``rollout_bytes`` of rollout files when none are asked for: one below
+    :data:`SERIAL_BELOW_BYTES`, else a process per CPU, at most 8."""
+    return 1 if rollout_bytes < SERIAL_BELOW_BYTES else min(os.cpu_count() or 1, 8)
 
 
 def run_health_checks(
@@ -397,11 +393,10 @@ def run_health_checks(
     for path in paths:
         if not path.is_file():
             raise FileNotFoundError(f"rollout JSONL not found: {path}")
-    items = _lines(paths, ignored)
-    count_workers = workers if workers is not None else default_workers(len(items))
+    count_workers = workers if workers is not None else default_workers(sum(path.stat().st_size for path in paths))
     if count_workers < 1:
         raise ValueError("workers must be at least 1")
-    digests = _map(items, count_workers)
+    digests = _map(paths, ignored, count_workers)
     _mark_duplicates(digests, ignored)
     summary = _summary(digests, ignored)
     summary["run"]["rollouts_files"] = [path.name for path in paths]  # which run the reports are of (the viewer asks)

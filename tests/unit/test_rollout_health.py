@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from nemo_gym.health import lines
 from nemo_gym.observability.capture import ModelCallRecord
 from nemo_gym.observability.records import ModelCallRef, TrajectoryRecord, TrajectoryTurn
 from nemo_gym.rollout_collection import _build_trajectory_record
@@ -253,3 +254,30 @@ def test_a_task_is_consistently_unhealthy_when_every_judged_repeat_is(tmp_path: 
     coverage = result.summary["run"]["artifacts"]["coverage"]["task_consistently_unhealthy"]
     assert coverage == {"evaluated": 2, "unobserved": 1, "ignored": 0}
     assert result.summary["run"]["issues"]["task_consistently_unhealthy"] == 1
+
+
+def test_blocks_keep_every_lines_number_and_position_whatever_their_size(tmp_path: Path) -> None:
+    first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    first.write_bytes(b"one\n\n  \n" + b"x" * 50 + b"\nlast")  # blank lines, a line longer than a block, no newline
+    second.write_bytes(b"two\n")
+    expected = [(1, 0, b"one"), (4, 1, b"x" * 50), (5, 2, b"last"), (1, 3, b"two")]
+    for size in (1, 7, 1 << 20):
+        assert [row for block in lines.blocks([first, second], size) for row in block.rows()] == expected
+
+
+def test_workers_and_blocks_give_the_serial_verdicts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    clean = {"turns": [_turn(1, refs=("a",))], "model_calls": [_call("a")]}
+    hollow = {"turns": [_turn(1, answer=[], refs=("a",))], "model_calls": [_call("a")]}
+    rows = [_row(task, 0, hollow if task % 3 == 0 else clean) for task in range(12)]
+    serial = _check(tmp_path, *rows)
+    monkeypatch.setattr(lines, "BLOCK_BYTES", 512)  # a few rows per block, so several blocks go to the workers
+    pooled = run_health_checks(tmp_path / "rollouts.jsonl", workers=2)
+    assert [d.model_dump() for d in pooled.rollouts] == [d.model_dump() for d in serial.rollouts]
+    assert pooled.summary == serial.summary
+
+
+def test_a_trajectory_whose_values_need_coercing_is_read_as_the_model_spells_it(tmp_path: Path) -> None:
+    call = _call("a") | {"response_metadata": {"response_id": "resp-a", "model_ref": MODEL, "status_code": "503"}}
+    [digest] = _check(tmp_path, _row(0, 0, {"turns": [_turn(1, refs=("a",))], "model_calls": [call]})).rollouts
+    [failed] = [f for f in digest.findings if f.check == "model_call_failed"]
+    assert failed.detail["status"] == 503  # not strictly valid: validated leniently, then the dumped value is read
