@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
-from nemo_gym.cli.command import Command, Invocation
+from nemo_gym.cli.command import Command, Invocation, Positional
 from nemo_gym.cli.flags import CONFIG_FLAGS, JSON_FLAG, MODEL_FLAGS, RAY_FLAG, Flag
 from nemo_gym.cli.output import console, err_console, print_warning
 
@@ -32,18 +32,72 @@ def resolve(invocation: Invocation) -> int:
 
 
 def validate(invocation: Invocation) -> int:
-    """Run every check ``gym eval run`` and ``gym env start`` make before starting anything, through the same
-    function (``launcher/preflight.py``), so validate cannot pass a config they refuse; start nothing."""
+    """Without names: run every check ``gym eval run`` and ``gym env start`` make before starting anything, through
+    the same function (``launcher/preflight.py``), so validate cannot pass a config they refuse; start nothing.
+    With environment names: those checks, the environments' static checks (data, manifest) and their verifier
+    fixtures against the real resources servers, all started in one launch (``environment/validation.py``)."""
     from nemo_gym.config import ports
     from nemo_gym.launcher.preflight import compose_to_start
 
+    names, overrides = _names_and_overrides(invocation)
+    if names:
+        return _validate_environments(invocation, names, overrides)
     try:
-        composed = compose_to_start(invocation.overrides)
+        composed = compose_to_start(overrides)
     finally:
         ports.release_all()  # the ports it bound only to show they are free
     console.print(f"Config is valid: {len(composed.instances)} server instance(s).")
     for instance in composed.instances:
         console.print(f"  {instance.name:<32} {instance.SERVER_TYPE}/{instance.implementation}")
+    return 0
+
+
+def _names_and_overrides(invocation: Invocation) -> tuple[list[str], list[str]]:
+    """argparse hands a list positional the ``key=value`` overrides after it too: those are overrides, not names."""
+    tokens = list(invocation.get("names") or ())
+    names = [token for token in tokens if "=" not in token and not token.startswith("~")]
+    return names, [*invocation.overrides, *(token for token in tokens if token not in names)]
+
+
+def _validate_environments(invocation: Invocation, names: list[str], overrides: list[str]) -> int:
+    from nemo_gym.environment.validation import validate_environments
+
+    checks = validate_environments(names, overrides)
+    if invocation.get("json"):
+        print(json.dumps([check.as_json() for check in checks], indent=2))
+    else:
+        for check in checks:
+            for line in check.problems + [result.line() for result in check.results if not result.ok]:
+                err_console.print(line, markup=False)
+            for note in check.notes:
+                console.print(f"  note: {note}", markup=False)
+            state = "valid" if check.ok else "INVALID"
+            passed = sum(result.ok for result in check.results)
+            console.print(f"{check.name}: {state} ({passed}/{len(check.results)} verifier fixture(s) passed)")
+    return 0 if all(check.ok for check in checks) else 1
+
+
+def schema(invocation: Invocation) -> int:
+    """The JSON Schema of an environment manifest; with ``--resources-server NAME`` (NeMo Gym 0.7's form), that
+    server's task-data schema (its ``task_data.py``) instead."""
+    from nemo_gym.environment.manifest import manifest_json_schema
+
+    server = invocation.get("resources_server")
+    if not server:
+        print(json.dumps(manifest_json_schema(), indent=2))
+        return 0
+    from nemo_gym.errors import UserError
+    from nemo_gym.roots import find_path
+    from nemo_gym.task_data import load_task_data_schema
+
+    name = str(server[0] if isinstance(server, list) else server).partition("/")[0]
+    directory = find_path(Path("resources_servers") / name)
+    if directory is None:
+        raise UserError(f"resources server {name!r} not found under resources_servers/ in any search root")
+    adapter = load_task_data_schema(directory)
+    if adapter is None:
+        raise UserError(f"resources server {name!r} ships no task_data.py schema ({directory / 'task_data.py'})")
+    print(json.dumps(adapter.json_schema(), indent=2))
     return 0
 
 
@@ -149,6 +203,9 @@ def containers(invocation: Invocation) -> int:
     return 0
 
 
+RESOURCES_SERVER_FLAG = Flag(
+    ("--resources-server",), "print this resources server's task-data schema instead", metavar="NAME"
+)
 OUTDATED_FLAG = Flag(("--outdated",), "only packages with a newer release (asks the package index)", switch=True)
 
 COMMANDS = (
@@ -163,10 +220,22 @@ COMMANDS = (
     Command(
         "env",
         "validate",
-        "run every check `gym eval run` makes before it starts servers, and start nothing",
+        "run every check `gym eval run` makes before it starts servers; with environment NAMEs, also their data, "
+        "manifest and verifier fixtures against the real resources servers (one launch)",
         validate,
-        CONFIG_FLAGS + MODEL_FLAGS + (RAY_FLAG,),
-        examples=("example: gym env validate --environment my_env",),
+        CONFIG_FLAGS + MODEL_FLAGS + (RAY_FLAG, JSON_FLAG),
+        positionals=(
+            Positional("names", "environments to validate with their fixtures (environments/NAME/)", nargs="*"),
+        ),
+        examples=("example: gym env validate --environment my_env", "example: gym env validate string_match"),
+    ),
+    Command(
+        "env",
+        "schema",
+        "print the JSON Schema of an environment manifest (with --resources-server NAME: that server's task-data schema)",
+        schema,
+        (RESOURCES_SERVER_FLAG,),
+        examples=("example: gym env schema",),
     ),
     Command(
         "env",
