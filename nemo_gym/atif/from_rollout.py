@@ -4,6 +4,8 @@ The prompt (``instructions`` and the input items) becomes system and user steps,
 multi-turn prompt as agent steps marked ``is_copied_context``. The response's output becomes agent steps, one per
 model turn: its reasoning, its message, the tool calls it made and their outputs as the step's observation. A new
 turn starts where an item cannot belong to the current one (a message after tool calls, reasoning after anything).
+A turn's token record (prompt and generated token ids with their log-probs, what RL trainers read) is its step's
+``metrics``.
 
 What ATIF has no field for (item ids and statuses, arguments that are not a JSON object) goes to the ``extra``
 objects under ``nemo_gym``, as does what re-verification needs: the task row, the reward and the response's other
@@ -17,10 +19,13 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
+from pydantic import ValidationError
+
 from nemo_gym.atif.schema import (
     ATIF_VERSION,
     Agent,
     FinalMetrics,
+    Metrics,
     Observation,
     ObservationResult,
     Step,
@@ -29,10 +34,13 @@ from nemo_gym.atif.schema import (
 )
 from nemo_gym.config.datasets import AGENT_REF_KEY
 from nemo_gym.errors import ConfigError
+from nemo_gym.openai_base import TOKEN_ID_FIELDS
 from nemo_gym.row_fields import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
 
 OURS = "nemo_gym"
 """Key of our data in every ``extra`` object."""
+TOKEN_IDS_MOVED = "token_ids_in_metrics"
+"""Marks the item whose token record is the step's ``metrics`` (put back on it by :mod:`nemo_gym.atif.to_response`)."""
 TEXT_PARTS = ("input_text", "output_text", "text", "summary_text", "reasoning_text")
 
 
@@ -78,6 +86,22 @@ class _Turn:
     calls: list[ToolCall] = field(default_factory=list)
     results: list[ObservationResult] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
+    metrics: Metrics | None = None
+
+    def take_token_ids(self, rest: dict[str, Any]) -> dict[str, Any]:
+        """The first token record of the turn (prompt ids, generated ids, their log-probs: what RL trainers read)
+        moves to the step's ``metrics``, where ATIF keeps it; ``rest`` says which item it came from."""
+        prompt, generated, logprobs = (rest.get(key) for key in TOKEN_ID_FIELDS)
+        if self.metrics is not None or prompt is None or generated is None or logprobs is None:
+            return rest
+        try:
+            self.metrics = Metrics(
+                prompt_tokens=len(prompt), completion_tokens=len(generated), prompt_token_ids=prompt,
+                completion_token_ids=generated, logprobs=logprobs,
+            )  # fmt: skip
+        except (TypeError, ValidationError):
+            return rest  # not a valid record: kept as it came, under extra
+        return _without(rest, *TOKEN_ID_FIELDS) | {TOKEN_IDS_MOVED: True}
 
     def step(self) -> dict[str, Any]:
         return {
@@ -86,6 +110,7 @@ class _Turn:
             "reasoning_content": self.reasoning,
             "tool_calls": self.calls or None,
             "observation": Observation(results=self.results) if self.results else None,
+            "metrics": self.metrics,
             "is_copied_context": True if self.copied else None,
             "extra": _ours(self.extra),
         }
@@ -123,7 +148,7 @@ class _StepBuilder:
             rest = _without(item, source) | {"from": source}
             if len(parts) == 1:
                 rest["part"] = _without(parts[0], "text")
-            turn.extra["reasoning"] = rest
+            turn.extra["reasoning"] = turn.take_token_ids(rest)
         elif kind == "function_call":
             self._call(item, copied, where)
         elif kind == "function_call_output":
@@ -145,7 +170,7 @@ class _StepBuilder:
             if turn is None or turn.copied != copied or turn.message is not None or turn.calls or turn.results:
                 turn = self._open_turn(copied, starts_fresh=True)
             turn.message = text
-            turn.extra["message"] = rest
+            turn.extra["message"] = turn.take_token_ids(rest)
             return
         if role not in ("system", "developer", "user"):
             raise UnsupportedRollout(f"{where}.role: {role!r} is not system, developer, user or assistant")
@@ -168,6 +193,7 @@ class _StepBuilder:
         rest = _without(item, "call_id", "name", "arguments")
         if not isinstance(arguments, dict) or json.dumps(arguments) != raw:
             rest["raw_arguments"] = raw  # the model's exact text, which ATIF's object could not give back
+        rest = turn.take_token_ids(rest)
         turn.calls.append(
             ToolCall(
                 tool_call_id=item["call_id"],

@@ -19,7 +19,7 @@ JsonObject = dict[str, Any]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class ImageSource(_Strict):

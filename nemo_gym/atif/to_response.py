@@ -12,8 +12,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from nemo_gym.atif.from_rollout import OURS, UnsupportedRollout
+from nemo_gym.atif.from_rollout import OURS, TOKEN_IDS_MOVED, UnsupportedRollout
 from nemo_gym.atif.schema import Content, Step, Trajectory
+from nemo_gym.openai_base import TOKEN_ID_FIELDS
 
 
 def _ours(extra: dict[str, Any] | None, key: str | None = None) -> dict[str, Any]:
@@ -42,27 +43,39 @@ def _fields(kept: dict[str, Any], *dropped: str) -> dict[str, Any]:
     return {k: v for k, v in kept.items() if k not in dropped}
 
 
+def _token_ids(step: Step, kept: dict[str, Any]) -> dict[str, Any]:
+    """The token record back on the item it came from (see ``TOKEN_IDS_MOVED``)."""
+    metrics = step.metrics
+    if not kept.get(TOKEN_IDS_MOVED) or metrics is None:
+        return {}
+    record = (metrics.prompt_token_ids, metrics.completion_token_ids, metrics.logprobs)
+    return dict(zip(TOKEN_ID_FIELDS, record, strict=True))
+
+
 def _step_items(step: Step, where: str) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = []
     reasoning_kept = _ours(step.extra, "reasoning")
     if step.reasoning_content is not None:
         source = reasoning_kept.get("from", "summary")
         default = {"type": "summary_text" if source == "summary" else "reasoning_text"}
-        reasoning = {"type": "reasoning", "summary": []} | _fields(reasoning_kept, "from", "part")
+        reasoning = {"type": "reasoning", "summary": []} | _fields(reasoning_kept, "from", "part", TOKEN_IDS_MOVED)
+        reasoning |= _token_ids(step, reasoning_kept)
         reasoning[source] = _parts(step.reasoning_content, reasoning_kept, default)
         items.append(reasoning)
     message_kept = _ours(step.extra, "message")
     text = _text(step.message, f"{where}.message")
     if message_kept or (text and step.source == "agent"):
         content: Any = text if message_kept.get("plain") else _parts(text, message_kept, _OUTPUT_TEXT)
-        items.append(_MESSAGE | _fields(message_kept, "part", "plain") | {"content": content})
+        message = _MESSAGE | _fields(message_kept, "part", "plain", TOKEN_IDS_MOVED) | {"content": content}
+        items.append(message | _token_ids(step, message_kept))
     for call in step.tool_calls or []:
         kept = _ours(call.extra)
         arguments = kept.get("raw_arguments", json.dumps(call.arguments))
         items.append(
             {"type": "function_call", "call_id": call.tool_call_id, "name": call.function_name}
-            | _fields(kept, "raw_arguments")
+            | _fields(kept, "raw_arguments", TOKEN_IDS_MOVED)
             | {"arguments": arguments}
+            | _token_ids(step, kept)
         )
     for i, result in enumerate(step.observation.results if step.observation else []):
         if result.source_call_id is None:

@@ -89,6 +89,21 @@ def test_a_tool_calling_rollout_becomes_steps_and_comes_back_as_the_same_output(
     assert trajectory_response(Trajectory.model_validate(document)) == row["response"]
 
 
+def test_token_ids_of_a_turn_are_the_steps_metrics_and_go_back_on_their_item() -> None:
+    record = {"prompt_token_ids": [1, 2, 3], "generation_token_ids": [7, 8], "generation_log_probs": [-0.5, -0.25]}
+    call = TOOL_TURNS[1] | record
+    answer = _message("Cold.", "msg_2") | {"prompt_token_ids": [1, 2, 3, 7, 8, 9], "generation_token_ids": [4],
+                                            "generation_log_probs": [-1.0]}  # fmt: skip
+    row = _row([call, TOOL_TURNS[2], answer])
+    document = _both_validators(rollout_to_trajectory(row, _task(row), session_id="s", agent_version="1"))
+    first, second = (step for step in document["steps"] if step["source"] == "agent")
+    assert first["metrics"] == {"prompt_tokens": 3, "completion_tokens": 2, "prompt_token_ids": [1, 2, 3],
+                                "completion_token_ids": [7, 8], "logprobs": [-0.5, -0.25]}  # fmt: skip
+    assert second["metrics"]["completion_token_ids"] == [4] and second["metrics"]["prompt_tokens"] == 6
+    assert "prompt_token_ids" not in json.dumps(first["tool_calls"])  # once, in the metrics
+    assert trajectory_response(Trajectory.model_validate(document)) == row["response"]
+
+
 def test_earlier_turns_of_the_prompt_are_copied_context_and_not_scored_again() -> None:
     prompt = [{"role": "user", "content": "Hi"}, _message("Hello!", "msg_0"), {"role": "user", "content": "Oslo?"}]
     row = _row([_message("Cold.")]) | {"responses_create_params": {"input": prompt}}
