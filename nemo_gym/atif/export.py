@@ -57,7 +57,8 @@ def _key(row: dict[str, Any], where: str) -> Key:
     return task, rollout
 
 
-def _task_rows(path: Path) -> dict[Key, dict[str, Any]]:
+def task_rows(path: Path) -> dict[Key, dict[str, Any]]:
+    """A run's materialized inputs by (task, rollout)."""
     rows = {}
     for n, line in _lines(path):
         row = loads_object(line, f"{path}:{n}")
@@ -89,7 +90,7 @@ def export_atif(
             f"no materialized inputs at {inputs}: the export keeps each rollout's task row so it can be verified "
             "again (gym eval run writes that file beside --output); pass --inputs PATH"
         )
-    tasks = _task_rows(inputs)
+    tasks = task_rows(inputs)
     session = session_id or rollouts.stem
     files: dict[Key, bytes] = {}
     problems: list[str] = []

@@ -42,6 +42,12 @@ class ExportedTrajectory:
         mine = (self.trajectory.extra or {}).get(OURS)
         return mine if isinstance(mine, dict) else {}
 
+    @property
+    def reward(self) -> float | None:
+        """The reward it was exported with; None for a file another exporter wrote (NeMo Gym 0.7's keeps none)."""
+        reward = self.ours.get("reward")
+        return float(reward) if isinstance(reward, (int, float)) and not isinstance(reward, bool) else None
+
 
 def manifest_file(path: Path) -> Path:
     """``--atif-manifest`` names the export's folder or its ``manifest.jsonl``."""
@@ -98,24 +104,31 @@ def load_export(path: Path) -> list[ExportedTrajectory]:
             raise ConfigError(f"{file}: not ATIF v1.7: {_validation_line(e)}") from None
         exported = ExportedTrajectory(file, key, trajectory)
         ours = exported.ours
-        if (ours.get(TASK_INDEX_KEY), ours.get(ROLLOUT_INDEX_KEY)) != key:
+        if TASK_INDEX_KEY in ours and (ours.get(TASK_INDEX_KEY), ours.get(ROLLOUT_INDEX_KEY)) != key:
             raise ConfigError(f"{file}: the file is not (task {key[0]}, rollout {key[1]}) as {manifest} says")
-        reward = ours.get("reward")
-        if isinstance(reward, bool) or not isinstance(reward, (int, float)):
-            raise ConfigError(f"{file}: extra.{OURS}.reward: no exported reward to compare with")
+        if "reward" in ours and exported.reward is None:
+            raise ConfigError(f"{file}: extra.{OURS}.reward: {ours['reward']!r} is not a number")
         loaded.append(exported)
     if not loaded:
         raise ConfigError(f"{manifest} lists no trajectories")
     return loaded
 
 
-def write_stored_rollouts(exported: list[ExportedTrajectory], rollouts: Path, inputs: Path | None) -> None:
-    """The trajectories as the rollouts (and, unless ``inputs`` is None, the task rows) ``gym eval reverify`` reads."""
+def write_stored_rollouts(
+    exported: list[ExportedTrajectory], rollouts: Path, inputs: Path, tasks: dict[Key, dict[str, Any]] | None = None
+) -> None:
+    """The trajectories as the rollouts and task rows ``gym eval reverify`` reads. The task rows are the ones kept
+    in the files, or ``tasks`` (the run's materialized inputs, ``--inputs``), which a file of another exporter needs.
+    """
+    rows: list[dict[str, Any]] = []
     with rollouts.open("wb") as out_rollouts:
         for item in exported:
-            task = item.ours.get("task")
+            task = item.ours.get("task") if tasks is None else tasks.get(item.key)
             if not isinstance(task, dict):
-                raise ConfigError(f"{item.path}: extra.{OURS}.task: no task row kept; pass the run's --inputs")
+                where = f"extra.{OURS}.task: no task row kept" if tasks is None else "not in --inputs"
+                raise ConfigError(f"{item.path}: (task {item.key[0]}, rollout {item.key[1]}) {where}; pass the run's "
+                                  "materialized inputs with --inputs")  # fmt: skip
+            rows.append(task | {TASK_INDEX_KEY: item.key[0], ROLLOUT_INDEX_KEY: item.key[1]})
             try:
                 response = trajectory_response(item.trajectory)
             except UnsupportedRollout as e:
@@ -123,28 +136,29 @@ def write_stored_rollouts(exported: list[ExportedTrajectory], rollouts: Path, in
             index = {TASK_INDEX_KEY: item.key[0], ROLLOUT_INDEX_KEY: item.key[1]}
             row = index | {
                 AGENT_REF_KEY: {"name": item.trajectory.agent.name},
-                "reward": item.ours["reward"],
+                "reward": item.reward,
                 "responses_create_params": task.get("responses_create_params"),
                 "response": response,
             }
             out_rollouts.write(orjson.dumps(row) + b"\n")
-    if inputs is not None:
-        with inputs.open("wb") as out_inputs:
-            for item in exported:
-                task = item.ours["task"] | {TASK_INDEX_KEY: item.key[0], ROLLOUT_INDEX_KEY: item.key[1]}
-                out_inputs.write(orjson.dumps(task) + b"\n")
+    inputs.write_bytes(b"".join(orjson.dumps(row) + b"\n" for row in rows))
 
 
-def reward_mismatches(exported: list[ExportedTrajectory], reverified: Path) -> list[str]:
-    """One line per trajectory whose new reward differs from the one it was exported with."""
+def reward_mismatches(exported: list[ExportedTrajectory], reverified: Path) -> tuple[list[str], int]:
+    """One line per trajectory whose new reward differs from the one it was exported with, and how many were
+    compared (a trajectory without an exported reward is not)."""
     files = {item.key: item for item in exported}
     lines = []
+    compared = 0
     for _, row in iter_jsonl(reverified):
         item = files[(int(row[TASK_INDEX_KEY]), int(row[ROLLOUT_INDEX_KEY]))]
-        before, now = float(item.ours["reward"]), float(row["reward"])
+        before, now = item.reward, float(row["reward"])
+        if before is None:
+            continue
+        compared += 1
         if abs(before - now) > REWARD_TOLERANCE:
             lines.append(
                 f"reward mismatch: {item.path} (task {item.key[0]}, rollout {item.key[1]}): "
                 f"exported {before:g}, verifier now {now:g}"
             )
-    return lines
+    return lines, compared

@@ -246,9 +246,10 @@ def test_a_reward_the_verifier_no_longer_gives_is_one_line_naming_the_file_and_b
     reverified = tmp_path / "re.jsonl"
     new = [r | {"reward": 0.0 if r["_ng_task_index"] == 1 else 1.0} for r in rows]
     reverified.write_text("".join(json.dumps(r) + "\n" for r in new))
-    assert reward_mismatches(load_export(folder), reverified) == [
-        f"reward mismatch: {folder / '1-0.json'} (task 1, rollout 0): exported 1, verifier now 0"
-    ]
+    assert reward_mismatches(load_export(folder), reverified) == (
+        [f"reward mismatch: {folder / '1-0.json'} (task 1, rollout 0): exported 1, verifier now 0"],
+        3,
+    )
 
 
 def test_reverify_atif_flags_are_checked_before_anything_starts(tmp_path: Path, capsys) -> None:
@@ -258,3 +259,32 @@ def test_reverify_atif_flags_are_checked_before_anything_starts(tmp_path: Path, 
     assert "give --rollouts or --atif-manifest, not both" in capsys.readouterr().err
     assert main(["eval", "reverify", "--atif-manifest", str(tmp_path)]) == 1
     assert "no manifest.jsonl there" in capsys.readouterr().err
+
+
+def test_an_export_of_another_exporter_is_read_with_the_runs_inputs_and_has_no_reward_to_compare(
+    tmp_path: Path,
+) -> None:
+    """NeMo Gym 0.7's exporter keeps neither the task row nor the reward: --inputs gives the rows, nothing is compared."""
+    document = {"schema_version": "ATIF-v1.7", "session_id": "r", "agent": {"name": "weather_agent", "version": "1"},
+                "steps": [{"step_id": 1, "source": "user", "message": "Weather in Oslo?"},
+                          {"step_id": 2, "source": "agent", "message": "Cold."}],
+                "extra": {"nemo_gym": {"source": {"task_index": 3, "rollout_index": 1}}}}  # fmt: skip
+    data = json.dumps(document).encode()
+    (tmp_path / "3-1.json").write_bytes(data)
+    entry = {"trajectory_path": "3-1.json", "_ng_task_index": 3, "_ng_rollout_index": 1,
+             "expected_sha256": hashlib.sha256(data).hexdigest()}  # fmt: skip
+    (tmp_path / "manifest.jsonl").write_text(json.dumps(entry) + "\n")
+    exported = load_export(tmp_path)
+    assert [(item.key, item.reward) for item in exported] == [((3, 1), None)]
+    with pytest.raises(ConfigError, match=r"3-1.json: \(task 3, rollout 1\) extra.nemo_gym.task: no task row kept"):
+        write_stored_rollouts(exported, tmp_path / "stored.jsonl", tmp_path / "inputs.jsonl")
+    task = {"responses_create_params": {"input": "Weather in Oslo?"}, "expected": "cold"}
+    write_stored_rollouts(exported, tmp_path / "stored.jsonl", tmp_path / "inputs.jsonl", {(3, 1): task})
+    (stored,) = [json.loads(line) for line in (tmp_path / "stored.jsonl").read_text().splitlines()]
+    assert stored["reward"] is None and stored["agent_ref"] == {"name": "weather_agent"}
+    assert [item["content"][0]["text"] for item in stored["response"]["output"]] == ["Cold."]
+    (inputs,) = [json.loads(line) for line in (tmp_path / "inputs.jsonl").read_text().splitlines()]
+    assert inputs == task | {"_ng_task_index": 3, "_ng_rollout_index": 1}
+    reverified = tmp_path / "re.jsonl"
+    reverified.write_text(json.dumps(stored | {"reward": 1.0}) + "\n")
+    assert reward_mismatches(exported, reverified) == ([], 0)

@@ -53,6 +53,7 @@ def reverify_atif(invocation: Invocation) -> int:
     """Rebuild the stored rollouts from the export, re-verify them as ``gym eval reverify`` does, compare rewards."""
     import tempfile
 
+    from nemo_gym.atif.export import task_rows
     from nemo_gym.atif.reverify import load_export, manifest_file, reward_mismatches, write_stored_rollouts
     from nemo_gym.cli.commands.eval import report_reverify, reverify_summary
 
@@ -67,22 +68,25 @@ def reverify_atif(invocation: Invocation) -> int:
     exported = load_export(export_dir)
     fields = dict(invocation.fields)
     fields.setdefault("output_jsonl_fpath", str(export_dir.parent / f"{export_dir.name}_reverified.jsonl"))
+    given_inputs = fields.get("materialized_inputs_jsonl_fpath")
+    tasks = task_rows(Path(given_inputs).expanduser()) if given_inputs else None
     with tempfile.TemporaryDirectory(prefix="gym-atif-") as folder:
-        rollouts = Path(folder) / "rollouts.jsonl"
-        inputs = None if fields.get("materialized_inputs_jsonl_fpath") else Path(folder) / "inputs.jsonl"
-        write_stored_rollouts(exported, rollouts, inputs)
-        fields["rollouts_jsonl_fpath"] = str(rollouts)
-        if inputs is not None:
-            fields["materialized_inputs_jsonl_fpath"] = str(inputs)
+        rollouts, inputs = Path(folder) / "rollouts.jsonl", Path(folder) / "inputs.jsonl"
+        write_stored_rollouts(exported, rollouts, inputs, tasks)
+        fields |= {"rollouts_jsonl_fpath": str(rollouts), "materialized_inputs_jsonl_fpath": str(inputs)}
         summary = reverify_summary(replace(invocation, fields=fields))
     code = report_reverify(summary, err_console)
-    mismatches = reward_mismatches(exported, summary.output_path) if summary.output_path.exists() else []
+    mismatches, compared = reward_mismatches(exported, summary.output_path) if summary.output_path.exists() else ([], 0)
     for line in mismatches:
         err_console.print(line, markup=False)
     if mismatches:
         return EXIT_REWARD_MISMATCH
-    if code == 0:
-        err_console.print(f"All {summary.verified} re-verified rewards equal the exported ones.")
+    if compared < summary.verified:
+        err_console.print(
+            f"{summary.verified - compared} trajectories carry no exported reward (another exporter's): not compared"
+        )
+    if code == 0 and compared:
+        err_console.print(f"All {compared} re-verified rewards equal the exported ones.")
     return code
 
 
