@@ -25,7 +25,14 @@ from typing import Any
 
 from nemo_gym.config import ports
 from nemo_gym.global_config import NEMO_GYM_CONFIG_FILE_ENV_VAR_NAME, NEMO_GYM_CONFIG_PATH_ENV_VAR_NAME
-from nemo_gym.launcher.processes import LogSink, exit_code, read_lines_into, spawn, stop_process_groups
+from nemo_gym.launcher.processes import (
+    LogSink,
+    exit_code,
+    read_lines_into,
+    server_pythonpath,
+    spawn,
+    stop_process_groups,
+)
 from nemo_gym.launcher.venvs import BuildContext, build_venv, venv_spec
 from nemo_gym.verifiers.offload import RAY_ADDRESS_ENV_VAR
 
@@ -105,7 +112,7 @@ class NodeAgent:
             child_env[NEMO_GYM_CONFIG_FILE_ENV_VAR_NAME] = str(config_path)
             child_env[NEMO_GYM_CONFIG_PATH_ENV_VAR_NAME] = spec.instance
             child_env[ports.LISTEN_FD_ENV_VAR] = str(reservation.fileno())
-            child_env["PYTHONPATH"] = os.pathsep.join(p for p in (spec.impl_dir, spec.root, env.get("PYTHONPATH")) if p)
+            child_env["PYTHONPATH"] = server_pythonpath(spec.impl_dir, spec.root, env.get("PYTHONPATH"))
             child_env["PYTHONUNBUFFERED"] = "1"
             child_env[RAY_ADDRESS_ENV_VAR] = self._gcs_address()  # verify offload (verifiers/offload.py) uses it
             if python != sys.executable:

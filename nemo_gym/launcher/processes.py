@@ -31,6 +31,8 @@ from typing import IO, Any, TypeVar
 
 import psutil
 
+from nemo_gym import INSTALL_DIR
+
 _PR_SET_PDEATHSIG = 1
 T = TypeVar("T")
 
@@ -39,6 +41,7 @@ __all__ = [
     "exit_code",
     "kill_group",
     "read_lines_into",
+    "server_pythonpath",
     "spawn",
     "stop_process_groups",
 ]
@@ -47,6 +50,14 @@ __all__ = [
 # --------------------------------------------------------------------------------------------------------------------
 # Spawning
 # --------------------------------------------------------------------------------------------------------------------
+
+
+def server_pythonpath(impl_dir: str | Path, root: str | Path, inherited: str | None) -> str:
+    """A server's ``PYTHONPATH``: its folder, its search root, whatever was set already, then the framework's install
+    root, so a server written in a root of its own imports the framework's servers (``responses_api_agents.
+    simple_agent.app``, which a new agent subclasses) as it would inside a checkout."""
+    parts = dict.fromkeys(str(p) for p in (impl_dir, root, inherited, INSTALL_DIR) if p)
+    return os.pathsep.join(parts)
 
 
 def _load_prctl() -> Callable[..., int] | None:

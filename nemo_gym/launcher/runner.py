@@ -53,7 +53,14 @@ from nemo_gym.global_config import (
 )
 from nemo_gym.launcher.head_server import HeadServer, bind_head_socket, build_head_app
 from nemo_gym.launcher.preflight import check_replicas, find_implementation
-from nemo_gym.launcher.processes import LogSink, exit_code, read_lines_into, spawn, stop_process_groups
+from nemo_gym.launcher.processes import (
+    LogSink,
+    exit_code,
+    read_lines_into,
+    server_pythonpath,
+    spawn,
+    stop_process_groups,
+)
 from nemo_gym.launcher.reaper import CONFIG_FILE, Reaper, remove_run_files, sweep_dead_runs, write_owner
 from nemo_gym.launcher.server_process import ServerLaunchError, ServerProcess, describe_exit, tail_text
 from nemo_gym.launcher.signals import second_signal_forces, sigterm_as_interrupt
@@ -464,9 +471,7 @@ class Launcher:
         env[NEMO_GYM_CONFIG_FILE_ENV_VAR_NAME] = str(self.config_path)
         env[NEMO_GYM_CONFIG_PATH_ENV_VAR_NAME] = server.name
         env[ports.LISTEN_FD_ENV_VAR] = str(listen_fd)
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(server.impl_dir), str(server.root), os.environ.get("PYTHONPATH", "")) if p
-        )
+        env["PYTHONPATH"] = server_pythonpath(server.impl_dir, server.root, os.environ.get("PYTHONPATH"))
         env["PYTHONUNBUFFERED"] = "1"
         if server.venv is not None:
             env["VIRTUAL_ENV"] = str(server.venv.path)

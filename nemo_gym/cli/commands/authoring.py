@@ -50,6 +50,13 @@ def _entrypoint_override(invocation: Invocation) -> str | None:
 def init(invocation: Invocation) -> int:
     from nemo_gym.authoring.scaffold import scaffold_environment_server, scaffold_resources_server
 
+    chosen = [flag for flag in ("resources_server", "environment_server", "environment") if invocation.get(flag)]
+    if len(chosen) > 1:
+        raise ConfigError("gym env init creates one thing: --resources-server, --environment-server or --environment")
+    if invocation.get("profile") is not None and invocation.get("environment") is None:
+        raise ConfigError("--profile goes with --environment NAME (the profile of a new environment)")
+    if (environment := invocation.get("environment")) is not None:
+        return _init_environment(environment, invocation.get("profile"))
     if (environment_server := invocation.get("environment_server")) is not None:
         if invocation.get("resources_server") is not None:
             raise ConfigError("gym env init creates one server: --resources-server NAME or --environment-server NAME")
@@ -71,6 +78,17 @@ def init(invocation: Invocation) -> int:
         f"--input {target.relative_to(Path.cwd())}/data/example.jsonl --output results/{name}.jsonl",
         markup=False,
     )
+    return 0
+
+
+def _init_environment(name: str, profile: str | None) -> int:
+    from nemo_gym.authoring.environment_scaffold import DEFAULT_PROFILE, scaffold_environment
+
+    root = Path.cwd()
+    for created in scaffold_environment(name, profile or DEFAULT_PROFILE, root):
+        console.print(f"Created {created.relative_to(root)}", markup=False)
+    console.print(f"  next: fill in environments/{name}/manifest.yaml (description, authors, licensing), then\n"
+                  f"        gym env start --environment {name}", markup=False)  # fmt: skip
     return 0
 
 
@@ -247,9 +265,14 @@ COMMANDS = (
             Flag(("--resources-server",), "name of the new server (a Python identifier)", metavar="NAME"),
             Flag(("--environment-server",), "name of a new environment server (environment_servers/NAME/)",
                  metavar="NAME"),
+            Flag(("--environment",), "name of a new environment with a manifest (environments/NAME/ and its "
+                 "servers)", metavar="NAME"),
+            Flag(("--profile",), "with --environment: custom-gym-verifier (default), custom-gym-agent-loop, "
+                 "external-agent-loop or external-rollout-driver (NeMo Gym 0.7's profiles)", metavar="PROFILE"),
         ),
         examples=("example: gym env init --resources-server my_env",
-                  "example: gym env init --environment-server my_episode"),
+                  "example: gym env init --environment-server my_episode",
+                  "example: gym env init --environment my_loop_env --profile custom-gym-agent-loop"),
     ),
     Command(
         "env", "add", "copy an environment of a NeMo Gym release (from its PyPI wheel) into this directory", add,
