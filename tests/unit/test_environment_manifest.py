@@ -177,3 +177,34 @@ def test_a_fixture_result_is_one_line_with_both_rewards() -> None:
     assert FixtureResult("env", "srv", "bad", "malformed", None, None, "HTTP 422").ok
     assert not FixtureResult("env", "srv", "bad", "malformed", None, 1.0).ok
     assert FixtureResult("env", "srv", "same", "determinism", 0.5, 0.5).ok
+
+
+def test_the_command_splits_names_from_overrides_and_exits_by_the_result(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from nemo_gym.cli.router import run
+    from nemo_gym.environment import validation
+    from nemo_gym.environment.validation import EnvironmentCheck
+
+    seen: list[tuple[list[str], list[str]]] = []
+
+    def validate(names: list[str], overrides: list[str]) -> list[EnvironmentCheck]:
+        seen.append((list(names), list(overrides)))
+        good = EnvironmentCheck("a", results=[FixtureResult("a", "s", "right", "full_reward", 1.0, 1.0)])
+        bad = EnvironmentCheck("b", results=[FixtureResult("b", "s", "changed", "full_reward", 1.0, 0.0)])
+        return [good, bad]
+
+    monkeypatch.setattr(validation, "validate_environments", validate)
+    assert run(["env", "validate", "a", "b", "+shared_venv=true", "--json"]) == 1
+    assert seen == [(["a", "b"], ["+shared_venv=true"])]
+    report = json.loads(capsys.readouterr().out)
+    assert [(entry["environment"], entry["ok"]) for entry in report] == [("a", True), ("b", False)]
+    assert report[1]["fixtures"][0] == {"server": "s", "case": "changed", "kind": "full_reward",
+                                             "expected_reward": 1.0, "reward": 0.0, "error": None, "ok": False}  # fmt: skip
+    assert run(["env", "validate", "b"]) == 1
+    captured = capsys.readouterr()
+    assert captured.err.strip() == "b: fixture 'changed' (s): expected reward 1.0, the verifier gave 0.0"
+    assert captured.out.splitlines() == [
+        "a: valid (1/1 verifier fixture(s) passed)",
+        "b: INVALID (0/1 verifier fixture(s) passed)",
+    ]
