@@ -38,7 +38,14 @@ SKIPPED_PARTS = frozenset(
 )
 """Folders that are build or tool output, never part of what is published."""
 
-__all__ = ["INDEX_FILE", "EnvironmentBundle", "collect_bundle", "fetch_environment", "publish_environment"]
+__all__ = [
+    "INDEX_FILE",
+    "EnvironmentBundle",
+    "collect_bundle",
+    "fetch_environment",
+    "publication_problems",
+    "publish_environment",
+]
 
 
 @dataclass(frozen=True)
@@ -125,6 +132,42 @@ def _add_tree(files: dict[str, Path], root: Path, folder: Path) -> None:
         if path.is_file() and not path.is_symlink() and not SKIPPED_PARTS.intersection(relative.parts):
             if path.suffix not in (".pyc", ".pyo"):
                 files[relative.as_posix()] = path
+
+
+PLACEHOLDER = "todo"
+"""How a scaffold marks what its author must fill in (``gym env init`` writes ``TODO: your name``)."""
+
+
+def publication_problems(bundle: EnvironmentBundle) -> list[str]:
+    """What keeps an environment from being published, as NeMo Gym 0.7's ``gym env publish`` checks before anything
+    runs: it has a manifest that loads and names it, and none of the scaffold's placeholders is left (a TODO
+    description or author, licensing ``unknown``)."""
+    from nemo_gym.environment.manifest import MANIFEST_FILENAME, ManifestError, load_manifest
+
+    path = bundle.root / "environments" / bundle.name / MANIFEST_FILENAME
+    if not path.is_file():
+        return [
+            f"environment {bundle.name!r} has no {MANIFEST_FILENAME} ({path}); gym env init --environment writes one"
+        ]
+    try:
+        manifest = load_manifest(path)
+    except ManifestError as e:
+        return [str(e)]
+    problems = []
+    if manifest.name != bundle.name:
+        problems.append(f"{path}: name is {manifest.name!r}, the folder is {bundle.name!r}")
+    placeholders = [
+        key
+        for key, left in (
+            ("description", manifest.description.casefold().startswith(PLACEHOLDER)),
+            ("authors", any(author.casefold().startswith(PLACEHOLDER) for author in manifest.authors)),
+            ("licensing", manifest.licensing == "unknown"),
+        )
+        if left
+    ]
+    if placeholders:
+        problems.append(f"{path}: fill in {', '.join(placeholders)} before publishing (placeholders left)")
+    return problems
 
 
 def publish_environment(

@@ -13,6 +13,7 @@ from typing import Any
 from nemo_gym.cli.command import Command, Invocation, Positional
 from nemo_gym.cli.flags import CONFIG_FLAGS, JSON_FLAG, Flag
 from nemo_gym.cli.output import console
+from nemo_gym.errors import ConfigError, RegistryError
 
 SEARCH_DIR_FLAG = CONFIG_FLAGS[-1]
 REPO_ID_FLAG = Flag(("--repo-id",), "Hub repo (org/name; default: hf_organization/NAME)", metavar="REPO_ID")
@@ -36,12 +37,23 @@ def _hub(invocation: Invocation) -> Any:
 
 
 def publish(invocation: Invocation) -> int:
-    """Upload an environment's folder, manifest included, and the servers and data of its own that it needs."""
-    from nemo_gym.authoring.environment_hub import collect_bundle, publish_environment
+    """Check an environment as NeMo Gym 0.7's ``gym env publish`` does (a manifest without placeholders, then
+    ``gym env validate NAME``: data, config and the verifier fixtures on the real servers), then upload its folder,
+    manifest included, and the servers and data of its own that it needs."""
+    from nemo_gym.authoring.environment_hub import collect_bundle, publication_problems, publish_environment
+    from nemo_gym.environment.validation import validate_environments
 
-    name = str(invocation.get("name"))
-    bundle = collect_bundle(name)
+    bundle = collect_bundle(str(invocation.get("name")))
+    name = bundle.name  # the new name, when the one given was renamed
     hub = _hub(invocation)
+    if not hub.token:
+        raise RegistryError("publishing an environment needs hf_token: set it in env.yaml")
+    problems = publication_problems(bundle)
+    if not problems:
+        (check,) = validate_environments([name], invocation.overrides)
+        problems = check.problems + [result.line() for result in check.results if not result.ok]
+    if problems:
+        raise ConfigError(f"{name} is not published: " + "; ".join(problems))
     repo_id = hub.repo_id(invocation.get("repo_id") or name)
     url = publish_environment(
         bundle,
