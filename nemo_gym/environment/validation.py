@@ -127,6 +127,9 @@ def check_statically(name: str, overrides: Sequence[str] = ()) -> EnvironmentChe
     check.problems.extend(_data_problems(datasets, check.manifest))
     if check.manifest is not None:
         check.problems.extend(_disagreements(check.manifest, kinds, datasets))
+        domain = _server_domain(config, composed.instances, check.manifest.resources_server)
+        if domain is not None and domain != check.manifest.domain.value:
+            check.problems.append(f"manifest domain {check.manifest.domain.value} differs from the config's {domain}")
     for instance in composed.instances:
         if instance.SERVER_TYPE == "resources_servers":
             _find_fixture(check, instance, config[instance.name][instance.SERVER_TYPE][instance.implementation])
@@ -143,6 +146,15 @@ def _config_datasets(config: dict[str, Any], instances: Sequence[Any]) -> dict[s
             if isinstance(entry, dict) and entry.get("jsonl_fpath"):
                 found[str(entry["jsonl_fpath"])] = entry
     return found
+
+
+def _server_domain(config: dict[str, Any], instances: Sequence[Any], name: str | None) -> str | None:
+    """The ``domain`` the config gives the manifest's resources server, if any."""
+    for instance in instances:
+        if instance.name == name and instance.SERVER_TYPE == "resources_servers":
+            domain = config[instance.name][instance.SERVER_TYPE][instance.implementation].get("domain")
+            return str(domain) if domain is not None else None
+    return None
 
 
 def _data_problems(datasets: dict[str, dict[str, Any]], manifest: EnvironmentManifest | None) -> list[str]:
@@ -239,9 +251,11 @@ def run_fixtures(checks: Sequence[EnvironmentCheck], overrides: Sequence[str] = 
         raise
     needed = {server for check in live for server in check.servers}
     others = [instance.name for instance in composed.instances if instance.name not in needed]
-    with running_servers(config=composed, external=others) as launcher:
-        urls = server_urls(launcher.composed)
-        asyncio.run(_score_all(live, urls))
+    try:
+        with running_servers(config=composed, external=others) as launcher:
+            asyncio.run(_score_all(live, server_urls(launcher.composed)))
+    finally:
+        ports.release_all()  # those held for the servers left unstarted too
 
 
 async def _score_all(checks: Sequence[EnvironmentCheck], urls: dict[str, str]) -> None:

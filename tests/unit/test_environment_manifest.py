@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from nemo_gym import INSTALL_DIR
+from nemo_gym.config.datasets import Domain
 from nemo_gym.environment.manifest import (
     EnvironmentManifest,
     ManifestError,
@@ -208,3 +209,9 @@ def test_the_command_splits_names_from_overrides_and_exits_by_the_result(
         "a: valid (1/1 verifier fixture(s) passed)",
         "b: INVALID (0/1 verifier fixture(s) passed)",
     ]
+
+
+def test_static_checks_compare_the_domain_with_the_servers_config(tmp_path: Path) -> None:
+    copy_of_string_match(tmp_path, {"domain": Domain.MATH})
+    with searching([tmp_path]):
+        assert check_statically("sm").problems == ["manifest domain math differs from the config's knowledge"]
