@@ -6,7 +6,9 @@ times it from ``Popen`` to its exit. Around it:
 
 * **Model requests, first and last.** A thread polls ``/proc/<model server pid>/io`` every 2 ms: ``rchar`` (bytes the
   process has read, sockets included) moves only when a request reaches the model server, so its first change after
-  the collect command starts is the first model request and its last change the last one (±2 ms). Chosen over the
+  the collect command starts is the first model request and its last change the last one (±2 ms). The launcher's
+  supervisor asks every server ``GET /`` once a second (123 bytes read); a change smaller than ``MIN_REQUEST_BYTES``
+  is such a probe, not a model request (the smallest model request of this workload is ~830 bytes). Chosen over the
   alternatives because it changes nothing that is measured: uvicorn's access log (``+uvicorn_access_log=true``) is one
   switch for every server, so it would add a log line to each of the 6 requests of a rollout in all three servers and
   its lines carry no time stamp; a time-stamping proxy in front of the model adds a whole HTTP hop (two per rollout) to
@@ -41,6 +43,8 @@ import psutil
 from stack_probe import start_py_spy
 
 MODEL_CLOCK_POLL_S = 0.002
+MIN_REQUEST_BYTES = 512
+"""Fewer bytes read between two polls is a supervisor probe (``GET /``: 123 bytes), not a model request (≥ ~830)."""
 COLLECTOR = "collector"
 CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -104,8 +108,8 @@ class ModelRequestClock:
         while not self._stop.wait(MODEL_CLOCK_POLL_S):
             with contextlib.suppress(OSError, ValueError):
                 now_bytes = self._rchar()
-                if now_bytes != seen:
-                    seen = now_bytes
+                read, seen = now_bytes - seen, now_bytes
+                if read >= MIN_REQUEST_BYTES:
                     now = time.perf_counter()
                     if not self._window_open <= now <= self._window_closed:
                         continue
