@@ -24,7 +24,7 @@ class LoadtestConfig(RolloutCollectionConfig):
     Examples:
 
         gym env loadtest --resources-server example_single_tool_call --model-type scripted_model \
---split example --concurrency 4,16,64 --duration 10 --output results/loadtest/weather.json
+--concurrency 4,16,64 --duration 10 --output results/loadtest/weather.json
     """
 
     output_jsonl_fpath: str = Field(default="", description="Unused: each step writes <output stem>_steps/c<N>.jsonl.")

@@ -113,6 +113,8 @@ class ServerUse:
     loop_lag_s: list[float] = field(default_factory=list)
     """Lag probes answered during the step (ascending)."""
     lag_probes_unanswered: int = 0
+    processes: int = 1
+    """The most processes its tree had at once (a server with workers can use more than one core)."""
 
     def busy_cores(self, wall_s: float) -> float:
         return self.cpu_s / wall_s if wall_s > 0 else 0.0
@@ -140,14 +142,18 @@ def step_limit(
     if machine.peak_memory_share >= MEMORY_SHARE:
         return f"memory: {machine.peak_memory_share:.0%} of the machine's memory in use at the step's peak"
     busiest = max(servers, key=lambda s: s.busy_cores(wall_s), default=None)
-    if busiest is not None and busiest.busy_cores(wall_s) >= BUSY_CORES:
-        what = "the environment's own work (tools and verify)" if busiest.kind == "resources_servers" else "CPU"
-        return f"{what}: {busiest.name} used {busiest.busy_cores(wall_s):.2f} CPU-s per s (its event loop's core)"
-    if machine.busy_share >= MACHINE_BUSY:
-        return (
-            f"machine CPU: {machine.busy_share:.0%} of {machine.cpus} CPUs busy, of which our processes "
-            f"{machine.ours_cores:.2f} cores; the rest is other processes on this machine"
-        )
+    if busiest is not None:
+        used, own = busiest.busy_cores(wall_s), busiest.kind == "resources_servers"
+        what = f"{busiest.name}, the environment's own tools and verify" if own else busiest.name
+        cores = min(busiest.processes, machine.cpus)
+        if used >= BUSY_CORES * cores:
+            room = "its event loop's one core" if busiest.processes == 1 else f"{cores} cores for its processes"
+            return f"CPU: {what}, used {used:.2f} CPU-s per s ({room})"
+        if machine.busy_share >= MACHINE_BUSY:
+            return (
+                f"machine CPU: {machine.busy_share:.0%} of {machine.cpus} CPUs busy; our processes "
+                f"{machine.ours_cores:.2f} cores of it (the most: {what}, {used:.2f}), the rest other processes"
+            )
     lagging = [s for s in servers if s.loop_lag_s and s.loop_lag_s[-1] >= LOOP_LAG_S]
     if lagging:
         worst = max(lagging, key=lambda s: s.loop_lag_s[-1])

@@ -122,8 +122,10 @@ class StepProbe:
         self._peak_memory_share = max(self._peak_memory_share, psutil.virtual_memory().percent / 100)
         for w in self._watched:
             use = self.use[w.name]
-            rss, fds = _rss_and_fds(_tree(w.pid))
+            tree = _tree(w.pid)
+            rss, fds = _rss_and_fds(tree)
             use.peak_rss_bytes, use.peak_fds = max(use.peak_rss_bytes, rss), max(use.peak_fds, fds)
+            use.processes = max(use.processes, len(tree))
 
     async def _probe_lag(self, watched: Watched) -> None:
         config = TransportConfig(total_timeout_s=LAG_PROBE_TIMEOUT_S, max_attempts=1)

@@ -95,14 +95,23 @@ def test_each_limit_a_step_can_show_in_order() -> None:
     assert step_limit(counts, None, calm, _machine(memory=0.95), wall).startswith("memory: 95%")
 
     env = [ServerUse("weather", "resources_servers", cpu_s=9.5)]
-    assert step_limit(counts, None, env, _machine(), wall).startswith("the environment's own work (tools and verify)")
-    agent = [ServerUse("agent", "responses_api_agents", cpu_s=9.5)]
-    assert (
-        step_limit(counts, None, agent, _machine(), wall) == "CPU: agent used 0.95 CPU-s per s (its event loop's core)"
+    assert step_limit(counts, None, env, _machine(), wall) == (
+        "CPU: weather, the environment's own tools and verify, used 0.95 CPU-s per s (its event loop's one core)"
     )
+    agent = [ServerUse("agent", "responses_api_agents", cpu_s=9.5)]
+    said = step_limit(counts, None, agent, _machine(), wall)
+    assert said == "CPU: agent, used 0.95 CPU-s per s (its event loop's one core)"
+    workers = [ServerUse("code", "resources_servers", cpu_s=15.0, processes=5)]  # 1.5 of the machine's 2 cores
+    assert step_limit(counts, None, workers, _machine(), wall) is None
+    workers[0].cpu_s = 19.0
+    said = step_limit(counts, None, workers, _machine(), wall)
+    assert said is not None and said.endswith("used 1.90 CPU-s per s (2 cores for its processes)")
 
     shared = step_limit(counts, None, calm, _machine(busy=0.97), wall)
-    assert shared is not None and "other processes on this machine" in shared and "0.50 cores" in shared
+    assert shared == (
+        "machine CPU: 97% of 2 CPUs busy; our processes 0.50 cores of it (the most: agent, 0.10), "
+        "the rest other processes"
+    )
 
     lagging = [ServerUse("model", "responses_api_models", loop_lag_s=[0.001, 0.25])]
     assert step_limit(counts, None, lagging, _machine(), wall) == "event loop: model answered a lag probe 250 ms late"

@@ -148,7 +148,7 @@ COMMANDS: tuple[Command, ...] = (
         CONFIG_FLAGS + MODEL_FLAGS + LOADTEST_FLAGS,
         examples=(
             "example: gym env loadtest --resources-server example_single_tool_call --model-type scripted_model "
-            "--split example --concurrency 4,16,64 --duration 10 --output results/loadtest/weather.json",
+            "--concurrency 2,8 --duration 2 --output results/loadtest/weather.json",
         ),
     ),
 )
