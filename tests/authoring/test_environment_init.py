@@ -56,10 +56,6 @@ def test_each_profile_writes_a_manifest_its_config_agrees_with(
         spec.loader.exec_module(driver)
         assert asyncio.iscoroutinefunction(getattr(driver, function))
 
-    # every pre-start check a run makes passes on it as generated
-    code = main(["env", "validate", "--environment", "my_env", "--config", str(SCRIPTED), "+head_server={port: 0}"])
-    assert code == 0, capsys.readouterr().err
-
 
 async def test_the_generated_verifier_passes_its_fixture(
     workdir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
@@ -106,22 +102,32 @@ def test_refusals_leave_nothing_behind(workdir: Path, capsys: pytest.CaptureFixt
 
 @pytest.mark.e2e
 @pytest.mark.timeout(120)
-def test_a_new_agent_in_a_root_of_its_own_runs_a_rollout(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """The agent subclasses ``responses_api_agents.simple_agent`` from the install root, which the launcher puts on
-    its PYTHONPATH; the scripted model answers the first row's word, and the rollout is scored by the new verifier."""
-    assert init(capsys, "--environment", "looped", "--profile", "custom-gym-agent-loop")[0] == 0
-    first = json.loads(
-        (workdir / "resources_servers" / "looped" / "data" / "example.jsonl").read_text().splitlines()[0]
-    )
+def test_every_profile_validates_and_a_new_agent_in_a_root_of_its_own_runs_a_rollout(
+    workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As generated, each profile's environment passes ``gym env validate NAME`` (its fixtures on the real server).
+    The new agent subclasses ``responses_api_agents.simple_agent`` from the install root, which the launcher puts on
+    its PYTHONPATH; the scripted model answers the first row's word, and the new verifier scores the rollout."""
+    names = [profile.replace("-", "_") for profile in PROFILES]
+    for name, profile in zip(names, PROFILES, strict=True):
+        assert init(capsys, "--environment", name, "--profile", profile)[0] == 0
+    code = main(["env", "validate", *names, "+shared_venv=true", "+head_server={port: 0}"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert all(f"{name}: valid (4/4 verifier fixture(s) passed)" in out for name in names), out
+
+    looped = "custom_gym_agent_loop"
+    data = workdir / "resources_servers" / looped / "data" / "example.jsonl"
+    first = json.loads(data.read_text().splitlines()[0])
     script = write(workdir / "script.yaml", json.dumps(
         {"policy_model": {"responses_api_models": {"scripted_model": {"script": [[
             {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": first["expected_answer"]}]}
         ]]}}}}
     ))  # fmt: skip
     code = main([
-        "eval", "run", "--environment", "looped", "--config", str(SCRIPTED), "--config", str(script),
-        "--agent", "looped_agent", "--input", str(workdir / "resources_servers/looped/data/example.jsonl"),
-        "--limit", "1", "--output", str(workdir / "results" / "looped.jsonl"), "+shared_venv=true",
+        "eval", "run", "--environment", looped, "--config", str(SCRIPTED), "--config", str(script),
+        "--agent", f"{looped}_agent", "--input", str(data), "--limit", "1",
+        "--output", str(workdir / "results" / "looped.jsonl"), "+shared_venv=true",
         "+head_server={port: 0}", f"+results_dir={workdir / 'results'}", f"+cache_dir={workdir / 'cache'}",
     ])  # fmt: skip
     assert code == 0, capsys.readouterr()
