@@ -1,7 +1,7 @@
 """Capacity curves of every shipped environment: ``gym env loadtest`` on each ``environments/NAME``, one after another.
 
 Each run starts the environment's servers with the scripted model answering from the environment's data, climbs the
-ladder, and leaves ``results/NAME.json`` and ``results/NAME.png`` here (the steps' rollouts stay in the work folder:
+ladder, and leaves ``curves/NAME.json`` and ``curves/NAME.png`` here (the steps' rollouts stay in the work folder:
 they are the run's evidence, too large to keep). The table between the markers of README.md is rewritten from the
 JSON files. An environment whose command fails is listed with the last line it printed.
 
@@ -17,12 +17,11 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
-RESULTS = HERE / "results"
+RESULTS = HERE / "curves"
 README = HERE / "README.md"
 BEGIN, END = "<!-- loadtest results: run_all.py rewrites this table -->", "<!-- /loadtest results -->"
 
@@ -53,20 +52,23 @@ def run_one(name: str, args: argparse.Namespace, work: Path) -> str | None:
     return None
 
 
-def table(failed: dict[str, str], args: argparse.Namespace) -> str:
-    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    rows = [f"Measured {when}: `--concurrency {args.concurrency} --duration {args.duration:g}`, on a {os.cpu_count()}-core "
-            "machine shared with other work (each step's JSON says how busy its CPUs were and how much of that was "
-            "ours; a first limit of `machine CPU` names that).", "",
+def table(failed: dict[str, str]) -> str:
+    reports = {path: json.loads(path.read_text()) for path in sorted(RESULTS.glob("*.json"))}
+    settings = next(iter(reports.values()))["settings"] if reports else {}
+    ladder = ",".join(str(c) for c in settings.get("concurrency", []))
+    when = min((r["measured_at"] for r in reports.values()), default="-")
+    rows = [f"Measured from {when} on: `--concurrency {ladder} --duration {settings.get('duration_seconds', 0):g}`, "
+            f"one environment after another on a {os.cpu_count()}-core machine shared with other work (each step's "
+            "JSON says how busy the CPUs were and how much of that was ours; a first limit of `machine CPU` names "
+            "that).", "",
             "| environment | best rollouts/s (at concurrency) | p99 there (ms) | failed rollouts | first limit | curve |",
             "|---|---|---|---|---|---|"]  # fmt: skip
-    for path in sorted(RESULTS.glob("*.json")):
-        report = json.loads(path.read_text())
+    for path, report in reports.items():
         steps = report["steps"]
         best = max(steps, key=lambda s: s["rollouts_per_s"])
         p99 = best["latency_ms"]["p99"]
         failures = sum(s["failed"] for s in steps)
-        curve = f"![{path.stem}](results/{path.stem}.png)" if path.with_suffix(".png").exists() else "-"
+        curve = f"![{path.stem}](curves/{path.stem}.png)" if path.with_suffix(".png").exists() else "-"
         rows.append(
             f"| {path.stem} | {best['rollouts_per_s']:.1f} ({best['concurrency']}) | "
             f"{'-' if p99 is None else f'{p99:.0f}'} | {failures} | {report['first_limit']} | {curve} |"
@@ -100,8 +102,8 @@ def main() -> int:
                 failed[name] = reason
                 (RESULTS / f"{name}.json").unlink(missing_ok=True)
                 (RESULTS / f"{name}.png").unlink(missing_ok=True)
-    rewrite_readme(table(failed, args))
-    print(table(failed, args))
+    rewrite_readme(table(failed))
+    print(table(failed))
     return 0
 
 
