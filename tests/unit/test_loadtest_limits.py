@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 from unittest.mock import MagicMock
 
 import pytest
@@ -172,3 +173,32 @@ def test_the_health_route_reports_its_loop_lag_only_when_asked() -> None:
     assert LOOP_LAG_HEADER not in client.get("/").headers
     lag = float(client.get("/?loop_lag=1").headers[LOOP_LAG_HEADER])
     assert 0 <= lag < 5
+
+
+def _composed(*configs: str) -> Any:
+    from nemo_gym import INSTALL_DIR
+    from nemo_gym.config.compose import ComposeOptions, compose
+
+    paths = ",".join(str(INSTALL_DIR / c) for c in configs)
+    return compose(ComposeOptions(overrides=[f"+config_paths=[{paths}]"], allow_unset=True))
+
+
+CODE_GEN = "resources_servers/code_gen/configs/code_gen.yaml"
+SCRIPTED = "responses_api_models/scripted_model/configs/scripted_model.yaml"
+
+
+def test_the_scripted_model_gets_the_latency_and_the_environments_scripts(tmp_path: Path) -> None:
+    from nemo_gym.cli.commands.loadtest import scripted_model_overrides
+    from nemo_gym.errors import ConfigError
+
+    settings = LoadtestConfig(loadtest_output_fpath=str(tmp_path / "cg.json"), loadtest_model_latency_ms=250)
+    said: list[str] = []
+    extra = scripted_model_overrides(_composed(CODE_GEN, SCRIPTED), settings, said.append)
+    scripts = tmp_path / "cg_steps" / "scripts.jsonl"
+    assert extra == [
+        "++policy_model.responses_api_models.scripted_model.reply_delay_s=0.25",
+        f"++policy_model.responses_api_models.scripted_model.scripts_file={scripts}",
+    ]
+    assert len(scripts.read_text().splitlines()) == 5 and "5 example scripts" in said[0]
+    with pytest.raises(ConfigError, match="add --model-type scripted_model"):
+        scripted_model_overrides(_composed(CODE_GEN), settings, said.append)

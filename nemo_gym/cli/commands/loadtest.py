@@ -53,7 +53,7 @@ def loadtest(invocation: Invocation) -> int:
 
     looked = compose(ComposeOptions(overrides=invocation.overrides, require_server_instances=True, allow_unset=True))
     settings = invocation.settings(LoadtestConfig, looked.config)
-    extra = _model_overrides(looked, settings, err_console.print)
+    extra = scripted_model_overrides(looked, settings, err_console.print)
     composed = compose_to_start([*invocation.overrides, *extra])
     settings = invocation.settings(LoadtestConfig, composed.config)
     output = check_writable_output(settings.loadtest_output_fpath)
@@ -75,7 +75,9 @@ def loadtest(invocation: Invocation) -> int:
     return 0
 
 
-def _model_overrides(composed: ComposedConfig, settings: LoadtestConfig, say: Callable[[str], None]) -> list[str]:
+def scripted_model_overrides(
+    composed: ComposedConfig, settings: LoadtestConfig, say: Callable[[str], None]
+) -> list[str]:
     """Overrides for the scripted model: ``--model-latency-ms`` as its reply delay, and, when no script is
     configured, per-task scripts from the environment's data (``loadtest/scripts.py``: so verify does real work)."""
     from nemo_gym.config.schemas import implementation_dir
