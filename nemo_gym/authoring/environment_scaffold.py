@@ -24,11 +24,11 @@ from typing import get_args
 
 from nemo_gym.authoring.scaffold import scaffold_resources_server
 from nemo_gym.environment.manifest import EnvironmentManifest, IntegrationProfile, dump_manifest
+from nemo_gym.environment.validation import CASES_FILE
 from nemo_gym.errors import ConfigError
 
 PROFILES: tuple[str, ...] = get_args(IntegrationProfile)
 DEFAULT_PROFILE = "custom-gym-verifier"
-CASES_FILE = Path("tests") / "verifier_cases.jsonl"
 
 __all__ = ["DEFAULT_PROFILE", "PROFILES", "scaffold_environment"]
 
