@@ -37,6 +37,14 @@ class Invocation:
     def get(self, name: str, default: Any = None) -> Any:
         return getattr(self.args, name, default)
 
+    def entrypoint(self) -> str | None:
+        """``+entrypoint=<type>/<impl>``, NeMo Gym's legacy way to name one server folder (``ng_pip_list``,
+        ``ng_test``), as that label."""
+        for token in self.overrides:
+            if token.lstrip("+").startswith("entrypoint="):
+                return token.split("=", 1)[1].strip("'\"").rstrip("/")
+        return None
+
     def settings(self, model: type[SettingsT], config: DictConfig) -> SettingsT:
         """The command's typed settings: the composed config's keys, with the flags' fields set on top."""
         from nemo_gym.config.tree import plain_dict, set_path

@@ -35,6 +35,7 @@ __all__ = [
     "PrefetchOutcome",
     "declared_requirements",
     "installed_packages",
+    "plan_implementation",
     "plan_venvs",
     "prefetch",
 ]
@@ -61,15 +62,19 @@ class PrefetchOutcome:
     seconds: float
 
 
+def _cache_and_python(config: dict[str, object]) -> tuple[Path, str]:
+    """``cache_dir`` and ``python_version`` as a launch reads them, so the venv paths are the launch's own."""
+    cache_dir = Path(str(config.get("cache_dir") or "cache")).resolve()
+    return cache_dir, str(config.get("python_version") or platform.python_version())
+
+
 def plan_venvs(composed: ComposedConfig) -> list[PlannedVenv]:
     """The distinct venvs the servers of ``composed`` run in, in the order the config names them.
 
-    Reads ``cache_dir`` and ``python_version`` from the config as a launch does, so the paths are the launch's own.
     Raises ConfigError naming the instance when an implementation is missing or has no dependency file.
     """
     config = plain_dict(composed.config)
-    cache_dir = Path(str(config.get("cache_dir") or "cache")).resolve()
-    python_version = str(config.get("python_version") or platform.python_version())
+    cache_dir, python_version = _cache_and_python(config)
     by_path: dict[Path, tuple[VenvSpec, list[str]]] = {}
     for instance in composed.instances:
         inner = config[instance.name][instance.SERVER_TYPE][instance.implementation]
@@ -81,6 +86,19 @@ def plan_venvs(composed: ComposedConfig) -> list[PlannedVenv]:
             raise ConfigError(f"server {instance.name!r}: {e}") from e
         by_path.setdefault(spec.path, (spec, []))[1].append(instance.name)
     return [PlannedVenv(spec, tuple(names)) for spec, names in by_path.values()]
+
+
+def plan_implementation(composed: ComposedConfig, label: str) -> PlannedVenv:
+    """The venv of one implementation folder, ``<server type>/<implementation>`` (NeMo Gym's ``+entrypoint=``), found
+    in the search roots as a launch finds it, whether or not a config names it."""
+    from nemo_gym.roots import candidate_paths
+
+    server_type, _, implementation = label.partition("/")
+    directory = next((c.resolve() for c in candidate_paths(label) if c.is_dir()), None)
+    if not implementation or "/" in implementation or directory is None:
+        raise ConfigError(f"entrypoint {label!r}: no <server type>/<implementation> folder of that name is found")
+    cache_dir, python_version = _cache_and_python(plain_dict(composed.config))
+    return PlannedVenv(venv_spec(server_type, implementation, directory, cache_dir, python_version), ())
 
 
 def declared_requirements(spec: VenvSpec) -> list[str]:
@@ -135,7 +153,8 @@ def prefetch(
             report(f"{step}: already built ({venv.spec.path})")
             outcomes.append(PrefetchOutcome(venv, "cached", 0.0))
             continue
-        report(f"{step}: building its venv for {', '.join(venv.instances)} ...")
+        serving = f" for {', '.join(venv.instances)}" if venv.instances else ""
+        report(f"{step}: building its venv{serving} ...")
         tail: deque[str] = deque(maxlen=LOG_TAIL_LINES)
 
         def log(line: bytes, tail: deque[str] = tail) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from nemo_gym.cli.legacy import main as legacy_main
 from nemo_gym.cli.main import main
 from nemo_gym.launcher import running_servers
 from nemo_gym.launcher.venvs import READY_MARKER
@@ -89,6 +90,14 @@ def test_packages_of_a_pyproject_server_lists_its_declared_dependencies(
     assert "resources_servers/projected (instances: one)" in out
     assert "not built yet (`gym env prefetch` builds it); it will install:" in out
     assert "    six>=1.16" in out.splitlines()
+
+    # NeMo Gym's spelling for one folder, with or without a config: `ng_pip_list +entrypoint=resources_servers/NAME`
+    code = legacy_main(
+        ["ng_pip_list", "+entrypoint=resources_servers/projected", f"++cache_dir={server_root / 'cache'}"]
+    )
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert captured.out.startswith("resources_servers/projected\n") and "    six>=1.16" in captured.out.splitlines()
 
 
 def test_a_server_without_a_dependency_file_is_named(server_root: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -39,14 +39,6 @@ CHECKOUT_ONLY = (
 )  # fmt: skip
 
 
-def _entrypoint_override(invocation: Invocation) -> str | None:
-    """``+entrypoint=resources_servers/NAME`` (the legacy spelling) as a server label."""
-    for token in invocation.overrides:
-        if token.lstrip("+").startswith("entrypoint="):
-            return token.split("=", 1)[1].strip("'\"").rstrip("/")
-    return None
-
-
 def init(invocation: Invocation) -> int:
     from nemo_gym.authoring.scaffold import scaffold_environment_server, scaffold_resources_server
 
@@ -65,7 +57,7 @@ def init(invocation: Invocation) -> int:
                       markup=False)  # fmt: skip
         return 0
     name = invocation.get("resources_server")
-    if name is None and (entry := _entrypoint_override(invocation)):
+    if name is None and (entry := invocation.entrypoint()):
         name = entry.split("/")[-1]
     if not name:
         raise ConfigError(
@@ -121,7 +113,7 @@ def test(invocation: Invocation) -> int:
     from nemo_gym.authoring.server_tests import find_server_dirs, run_server_tests, validate_server_data
     from nemo_gym.global_config import parse_global_config_dict
 
-    only = invocation.get("resources_server") or _entrypoint_override(invocation)
+    only = invocation.get("resources_server") or invocation.entrypoint()
     if invocation.get("environment_server"):
         only = f"environment_servers/{invocation.get('environment_server')}"
     config = parse_global_config_dict([t for t in invocation.overrides if not t.lstrip("+").startswith("entrypoint=")],

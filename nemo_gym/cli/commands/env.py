@@ -15,6 +15,7 @@ from nemo_gym.cli.output import console, err_console, print_warning
 
 if TYPE_CHECKING:
     from nemo_gym.config.compose import ComposedConfig
+    from nemo_gym.launcher.venv_plan import PlannedVenv
 
 
 def resolve(invocation: Invocation) -> int:
@@ -103,12 +104,21 @@ def schema(invocation: Invocation) -> int:
 
 def _servers_config(invocation: Invocation) -> ComposedConfig:
     """The config whose venvs are asked about. Values still to be set (a model's URL, a key) change no venv, so they
-    may stay unset here."""
+    may stay unset here. With ``+entrypoint=`` (one folder, NeMo Gym's spelling) it needs no server instance."""
     from nemo_gym.config.compose import ComposeOptions, compose
 
+    needs_servers = invocation.entrypoint() is None
     return compose(
-        ComposeOptions(overrides=list(invocation.overrides), require_server_instances=True, allow_unset=True)
+        ComposeOptions(overrides=list(invocation.overrides), require_server_instances=needs_servers, allow_unset=True)
     )
+
+
+def _planned(invocation: Invocation, composed: ComposedConfig) -> list[PlannedVenv]:
+    """Every venv of the config's servers, or with ``+entrypoint=<type>/<impl>`` that folder's alone."""
+    from nemo_gym.launcher.venv_plan import plan_implementation, plan_venvs
+
+    entrypoint = invocation.entrypoint()
+    return [plan_implementation(composed, entrypoint)] if entrypoint else plan_venvs(composed)
 
 
 def _shared_python(composed: ComposedConfig) -> str | None:
@@ -121,7 +131,7 @@ def _shared_python(composed: ComposedConfig) -> str | None:
 def packages(invocation: Invocation) -> int:
     """List the Python packages each server of a config runs with (``uv pip list`` of its venv), or, for a venv not
     built yet, the requirements it will install."""
-    from nemo_gym.launcher.venv_plan import declared_requirements, installed_packages, plan_venvs
+    from nemo_gym.launcher.venv_plan import declared_requirements, installed_packages
 
     outdated = bool(invocation.get("outdated"))
     composed = _servers_config(invocation)
@@ -132,7 +142,7 @@ def packages(invocation: Invocation) -> int:
         report.append({"implementation": "shared_venv", "instances": instances, "venv": str(Path(shared).parent.parent),
                        "built": True, "packages": packages, "requirements": []})  # fmt: skip
     else:
-        for venv in plan_venvs(composed):
+        for venv in _planned(invocation, composed):
             built = venv.spec.is_ready
             report.append(
                 {
@@ -148,7 +158,8 @@ def packages(invocation: Invocation) -> int:
         print(json.dumps(report, indent=2))
         return 0
     for entry in report:
-        console.print(f"{entry['implementation']} (instances: {', '.join(entry['instances'])})")
+        serving = f" (instances: {', '.join(entry['instances'])})" if entry["instances"] else ""
+        console.print(f"{entry['implementation']}{serving}")
         console.print(f"  venv: {entry['venv']}")
         if entry["packages"] is None:
             console.print("  not built yet (`gym env prefetch` builds it); it will install:")
@@ -167,7 +178,6 @@ def packages(invocation: Invocation) -> int:
 def prefetch(invocation: Invocation) -> int:
     """Build every server venv of a config ahead of a run, one at a time and starting no server, so the run (a
     container, an offline node) reuses them from ``cache_dir`` without a package index."""
-    from nemo_gym.launcher.venv_plan import plan_venvs
     from nemo_gym.launcher.venv_plan import prefetch as build_all
 
     composed = _servers_config(invocation)
@@ -177,7 +187,7 @@ def prefetch(invocation: Invocation) -> int:
     verbose = bool(invocation.get("verbose"))
     uv_cache = composed.config.get("uv_cache_dir")
     outcomes = build_all(
-        plan_venvs(composed),
+        _planned(invocation, composed),
         report=err_console.print,
         uv_cache_dir=str(uv_cache) if uv_cache else None,
         verbose=verbose,
