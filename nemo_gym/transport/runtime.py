@@ -80,17 +80,15 @@ def event_loop_choice(global_config: Any) -> str:
     return wanted
 
 
-def http_protocol() -> Any:
-    """httptools (a C parser) with each response sent in one write and a fast path for the common request where
-    installed, else uvicorn's pure-Python h11. Raises ``LaunchError`` if uvicorn's internals that the fast path builds
-    on have changed."""
-    if importlib.util.find_spec("httptools") is None:
-        return "h11"
-    from nemo_gym.transport.server_cycle import check_uvicorn_internals
-    from nemo_gym.transport.server_protocol import CoalescingHttpToolsProtocol
+def http_protocol() -> str:
+    """uvicorn's httptools protocol (a C parser) where httptools is installed, else its pure-Python h11.
 
-    check_uvicorn_internals()
-    return CoalescingHttpToolsProtocol
+    Until issue 36 the servers ran our own protocol on uvicorn's private classes, with each response in one write and
+    a shorter request cycle. Measured against plain uvicorn on the rollout benchmark it saved less than the 15% of
+    CPU per rollout that would pay for keeping it in step with every uvicorn release (see "Which HTTP server" in
+    ``benchmarks/performance/rollout_overhead/README.md``), so uvicorn serves as it ships.
+    """
+    return "httptools" if importlib.util.find_spec("httptools") is not None else "h11"
 
 
 def configure_transport(global_config: Any) -> None:

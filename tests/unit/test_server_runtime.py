@@ -1,4 +1,5 @@
-"""How server processes run: one-write responses, the inherited socket, loop choice, pool sizes, the collector."""
+"""How server processes run: uvicorn's httptools protocol, the inherited socket, loop choice, pool sizes, the
+collector."""
 
 from __future__ import annotations
 
@@ -21,104 +22,9 @@ from nemo_gym.config_types import BaseServerConfig
 from nemo_gym.errors import ConfigError
 from nemo_gym.server_utils import ServerClient
 from nemo_gym.transport import http_client, runtime
-from nemo_gym.transport.server_protocol import _CoalescingTransport
 from tests.helpers import serving
 
 pytestmark = pytest.mark.timeout(60)
-
-
-class RecordingTransport:
-    """Just enough of an asyncio transport to see what reaches the socket, write by write."""
-
-    def __init__(self) -> None:
-        self.writes: list[bytes] = []
-        self.closed = False
-        self.aborted = False
-
-    def write(self, data: bytes) -> None:
-        self.writes.append(bytes(data))
-
-    def writelines(self, chunks: list[bytes]) -> None:
-        self.writes.append(b"".join(bytes(c) for c in chunks))
-
-    def is_closing(self) -> bool:
-        return self.closed or self.aborted
-
-    def close(self) -> None:
-        self.closed = True
-
-    def abort(self) -> None:
-        self.aborted = True
-
-    def get_write_buffer_size(self) -> int:
-        return 0
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return {"peername": ("127.0.0.1", 1)}.get(name, default)
-
-
-HEAD = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n"
-
-
-async def test_head_and_body_leave_in_one_write() -> None:
-    inner = RecordingTransport()
-    transport = _CoalescingTransport(inner, asyncio.get_running_loop())
-    transport.write(HEAD)
-    assert inner.writes == []
-    transport.write(b"{}")
-    assert inner.writes == [HEAD + b"{}"]
-    await asyncio.sleep(0)  # the scheduled flush finds nothing left
-    assert inner.writes == [HEAD + b"{}"]
-
-
-async def test_a_head_without_body_is_flushed_on_the_next_iteration() -> None:
-    inner = RecordingTransport()
-    transport = _CoalescingTransport(inner, asyncio.get_running_loop())
-    transport.write(HEAD)
-    await asyncio.sleep(0)
-    assert inner.writes == [HEAD]
-
-
-async def test_a_large_body_is_not_copied_into_the_head() -> None:
-    inner = RecordingTransport()
-    transport = _CoalescingTransport(inner, asyncio.get_running_loop())
-    body = b"x" * (1 << 20)
-    transport.write(HEAD)
-    transport.write(body)
-    assert inner.writes == [HEAD + body]  # one writelines call
-
-
-async def test_other_writes_pass_straight_through() -> None:
-    inner = RecordingTransport()
-    transport = _CoalescingTransport(inner, asyncio.get_running_loop())
-    transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")  # looks like a head: held one iteration at most
-    await asyncio.sleep(0)
-    transport.write(b"chunk")
-    assert inner.writes == [b"HTTP/1.1 100 Continue\r\n\r\n", b"chunk"]
-
-
-async def test_close_flushes_and_abort_drops_a_pending_head() -> None:
-    loop = asyncio.get_running_loop()
-    closing = RecordingTransport()
-    transport = _CoalescingTransport(closing, loop)
-    transport.write(HEAD)
-    transport.close()
-    assert closing.writes == [HEAD] and closing.closed
-
-    aborting = RecordingTransport()
-    transport = _CoalescingTransport(aborting, loop)
-    transport.write(HEAD)
-    transport.abort()
-    await asyncio.sleep(0)
-    assert aborting.writes == [] and aborting.aborted
-
-
-async def test_everything_else_is_the_real_transport() -> None:
-    inner = RecordingTransport()
-    transport = _CoalescingTransport(inner, asyncio.get_running_loop())
-    assert transport.get_extra_info("peername") == ("127.0.0.1", 1)
-    transport.write(HEAD)
-    assert transport.get_write_buffer_size() == len(HEAD)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -161,7 +67,7 @@ async def test_the_inherited_socket_is_tcp_and_accepted_connections_are_nodelay(
                 assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
 
 
-async def test_validation_and_streaming_work_through_the_coalescing_protocol() -> None:
+async def test_validation_and_streaming_work_through_the_servers_protocol() -> None:
     second_chunk = asyncio.Event()
     async with serving(weather_app(second_chunk)) as (url, _), aiohttp.ClientSession() as session:
         async with session.post(f"{url}/get_weather", json={"town": "Paris"}) as resp:
@@ -177,15 +83,6 @@ async def test_validation_and_streaming_work_through_the_coalescing_protocol() -
                 second_chunk.set()  # also on failure, so the server can shut down
             assert first == b"first,"
             assert await resp.read() == b"second"
-
-
-async def test_an_idle_keep_alive_connection_holds_no_request_and_serves_the_next_one() -> None:
-    async with serving(weather_app()) as (url, server), aiohttp.ClientSession() as session:
-        for city in ("Paris", "Oslo"):
-            async with session.post(f"{url}/get_weather", json={"city": city}) as resp:
-                assert (await resp.json())["city"] == city
-            (connection,) = server.server_state.connections  # the same keep-alive connection both times
-            assert (connection.cycle, connection.scope, connection.headers) == (None, None, None)
 
 
 async def test_pipelined_requests_are_all_answered_in_order() -> None:
@@ -223,6 +120,12 @@ def test_the_configured_event_loop_serves(loop_name: str) -> None:
     with asyncio.Runner(loop_factory=loop_factory) as runner:
         assert runner.run(one_request()) == 200
         assert type(runner.get_loop()).__module__.split(".")[0] == loop_name
+
+
+def test_servers_run_uvicorn_s_own_http_protocol() -> None:
+    """Plain uvicorn (issue 36): its httptools protocol by name, none of ours."""
+    config = runtime.uvicorn_config(weather_app(), "127.0.0.1", 0, {})
+    assert config.http == ("httptools" if importlib.util.find_spec("httptools") else "h11")
 
 
 def test_an_app_without_websocket_routes_does_not_load_the_websocket_protocol() -> None:

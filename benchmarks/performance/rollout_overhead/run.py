@@ -82,7 +82,8 @@ STACK_HOOK = Path(__file__).resolve().parent / "server_stack"
 """The folder whose ``sitecustomize.py`` swaps the servers' HTTP server (``--stack``)."""
 STACK_ENV = "ROLLOUT_BENCH_SERVER_STACK"
 STACKS = ("fast", "uvicorn", "granian")
-"""``--stack``: our fast path (uvicorn with ``transport/server_protocol.py``), plain uvicorn with httptools, granian."""
+"""``--stack``: our former fast path (uvicorn with ``transport/server_protocol.py``, deleted by issue 36: run it from a
+checkout at dcf2ba4), plain uvicorn with httptools (what the servers run now), granian."""
 
 
 # --------------------------------------------------------------------------------------------------------------------
