@@ -3,6 +3,7 @@ environment, under its new name, with one notice line; a tombstone that is not e
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,10 @@ def test_the_old_name_selects_the_new_environment_with_one_notice(
         f"notice: environment 'old_env' was renamed to 'new_env' ({workdir / 'environments/old_env/.nemo_gym_tombstone'})"
     ]
     assert [entry.name for entry in list_environments() if entry.name.endswith("_env")] == ["new_env"]
+
+    assert main(["list", "environments", "old_env", "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["name"] == "new_env" and "renamed to 'new_env'" in captured.err
 
     code = main(["env", "resolve", "--environment", "old_env"])
     captured = capsys.readouterr()

@@ -263,6 +263,17 @@ def catalog_rows(invocation: Invocation) -> list[dict[str, Any]]:
     return rows
 
 
+def _renamed(name: str, rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The row of the environment ``name`` was renamed to (its tombstone, told in one notice line), if any."""
+    from nemo_gym.assets import resolve_selector
+
+    try:
+        current = resolve_selector("environment", name).parent.name
+    except ConfigError:
+        return None
+    return next((row for row in rows if row["name"] == current), None)
+
+
 def list_command(kind: str):
     def handler(invocation: Invocation) -> int:
         rows = catalog_rows(invocation) if kind == "environments" else ROW_SOURCES[kind]()
@@ -270,6 +281,8 @@ def list_command(kind: str):
         name = invocation.get("name")
         if name:
             match = next((row for row in rows if row["name"] == name), None)
+            if match is None and kind == "environments":
+                match = _renamed(name, rows)
             if match is None:
                 close = difflib.get_close_matches(name, [row["name"] for row in rows], n=3, cutoff=0.5)
                 hint = f" Did you mean: {', '.join(close)}?" if close else f" See `gym list {kind}`."
