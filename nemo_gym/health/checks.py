@@ -282,7 +282,28 @@ def _distinct(references: Iterable[tuple[str, dict[str, Any]]]) -> list[tuple[st
     return kept
 
 
-def _matches(reference: dict[str, Any], calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _server_key(model_ref: Any) -> Any:
+    """A model server reference as a hashable value equal exactly when the references are (key order aside)."""
+    return tuple(sorted(model_ref.items())) if isinstance(model_ref, dict) else model_ref
+
+
+def _by_response(calls: list[dict[str, Any]]) -> dict[tuple[Any, Any], list[dict[str, Any]]] | None:
+    """The calls by (response id, model server), so a reference without a call id is looked up, not scanned for;
+    None when some value cannot be a key (then references are matched by scanning)."""
+    index: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
+    try:
+        for call in calls:
+            index.setdefault((call.get("response_id"), _server_key(call.get("model_ref"))), []).append(call)
+    except TypeError:
+        return None
+    return index
+
+
+def _matches(
+    reference: dict[str, Any],
+    calls: list[dict[str, Any]],
+    by_response: dict[tuple[Any, Any], list[dict[str, Any]]] | None,
+) -> list[dict[str, Any]]:
     call_id, model_ref, response_id = (reference.get(k) for k in ("model_call_id", "model_ref", "response_id"))
     if call_id:
         return [
@@ -292,14 +313,20 @@ def _matches(reference: dict[str, Any], calls: list[dict[str, Any]]) -> list[dic
             and model_ref in (None, call.get("model_ref"))
             and response_id in (None, call.get("response_id"))
         ]
+    if by_response is not None:
+        try:
+            return by_response.get((response_id, _server_key(model_ref)), [])
+        except TypeError:
+            pass
     return [c for c in calls if c.get("response_id") == response_id and c.get("model_ref") == model_ref]
 
 
 def _bind(references: list[tuple[str, dict[str, Any]]], calls: list[dict[str, Any]]) -> CallBindings:
     matched: dict[int, dict[str, Any]] = {}
     missing, ambiguous = [], []
+    by_response = _by_response(calls)
     for key, reference in references:
-        found = _matches(reference, calls)
+        found = _matches(reference, calls, by_response)
         if not found:
             missing.append(key)
         elif len(found) > 1:
@@ -334,7 +361,11 @@ class Evidence:
             by_turns = _distinct(_references(trajectory.get("turns")))
             by_invocations = _references(trajectory.get("invocations"))
             evidence.turn_calls = _bind(by_turns, evidence.calls)
-            evidence.owned_calls = _bind(_distinct([*by_turns, *by_invocations]), evidence.calls)
+            evidence.owned_calls = (  # the same references when no invocation names a call of its own
+                _bind(_distinct([*by_turns, *by_invocations]), evidence.calls)
+                if by_invocations
+                else evidence.turn_calls
+            )
         return evidence
 
     def turns(self) -> list[tuple[dict[str, int | str], bool, bool]]:
