@@ -145,6 +145,17 @@ class CollectRun:
     """CPU of the model-clock thread (in the launcher process): not the stack's."""
 
 
+def first_run_env() -> dict[str, str]:
+    """The environment of a user's first collect command: Python writes the bytecode of what it imports.
+
+    Installers such as uv leave site-packages without ``.pyc`` files unless asked to compile them, and a shell with
+    ``PYTHONDONTWRITEBYTECODE`` set never writes any: every start would then compile aiohttp, yarl, uvloop, tqdm and
+    the framework from source (most of a second here), which no user sees after the first run. The warm-up runs with
+    this, so the measured commands (and the floor's fresh interpreters) start as a user's every later run does."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    return env | {"NEMO_GYM_ENV_YAML": ""}  # a user's env.yaml in the checkout must not change the run
+
+
 def write_rows(rows: list[dict[str, Any]], total: int, path: Path) -> Path:
     """``total`` input rows cycling over the environment's examples: rows = N, one rollout each."""
     with path.open("wb") as f:

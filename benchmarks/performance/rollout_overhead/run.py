@@ -38,7 +38,14 @@ import orjson
 REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO))
 
-from collect_point import CollectRun, collect_command, count_scored, run_collect, write_rows  # noqa: E402
+from collect_point import (  # noqa: E402
+    CollectRun,
+    collect_command,
+    count_scored,
+    first_run_env,
+    run_collect,
+    write_rows,
+)
 from point_results import PointResult, print_collect_table, print_table, summarize  # noqa: E402
 from stack_probe import (  # noqa: E402
     MemorySampler,
@@ -266,7 +273,7 @@ async def collect_warmup(target: Target, total: int) -> tuple[int, float]:
     output = target.workdir / "warmup-out.jsonl"
     command = collect_command(AGENT, inputs, output, 32, target.head, target.workdir)
     started = time.perf_counter()
-    env = os.environ | {"NEMO_GYM_ENV_YAML": ""}
+    env = first_run_env()
     proc = await asyncio.create_subprocess_exec(
         *command, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE, env=env
     )
