@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
 from pydantic import BaseModel, TypeAdapter
 
@@ -104,17 +104,33 @@ def normalize_task_fields(row: Mapping[str, Any]) -> tuple[dict[str, Any], list[
     return fields, conflicts
 
 
-def _schema_models(annotation: Any) -> list[type[BaseModel]]:
-    """The pydantic models a schema type is made of (itself, or the members of a union, however nested)."""
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return [annotation]
-    return [model for argument in get_args(annotation) for model in _schema_models(argument)]
+def _core_schema_models(schema: Any, definitions: dict[str, Any] | None = None) -> list[type[BaseModel]]:
+    """The pydantic models a schema type is made of, read from its adapter's public core schema: itself, or the
+    members of a union however nested (not the models its fields hold)."""
+    if not isinstance(schema, dict):
+        return []
+    kind = schema.get("type")
+    if kind == "model":
+        cls = schema.get("cls")
+        return [cls] if isinstance(cls, type) and issubclass(cls, BaseModel) else []
+    if kind == "definitions":
+        found = {d["ref"]: d for d in schema.get("definitions", ()) if isinstance(d, dict) and "ref" in d}
+        return _core_schema_models(schema.get("schema"), found)
+    if kind == "definition-ref":
+        return _core_schema_models((definitions or {}).get(schema.get("schema_ref", "")), definitions)
+    if kind == "union":
+        choices = [c[0] if isinstance(c, tuple) else c for c in schema.get("choices", ())]
+    elif kind == "tagged-union":
+        choices = list(schema.get("choices", {}).values())
+    else:
+        choices = [schema.get("schema")]  # nullable, default, validator wrappers: the schema inside
+    return [model for choice in choices for model in _core_schema_models(choice, definitions)]
 
 
 def _legacy_fields(adapter: TypeAdapter[Any]) -> frozenset[str]:
     """Fields marked ``legacy_location: verifier_metadata``: the server reads them only from there today."""
     marked = set()
-    for model in _schema_models(getattr(adapter, "_type", None)):
+    for model in _core_schema_models(adapter.core_schema):
         for name, info in model.model_fields.items():
             extra = info.json_schema_extra
             if isinstance(extra, dict) and extra.get("legacy_location") == LEGACY_METADATA_KEY:

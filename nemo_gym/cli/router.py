@@ -12,6 +12,7 @@ import argparse
 import difflib
 import sys
 import traceback
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -50,7 +51,7 @@ def build_parser() -> RouterParser:
     parser.add_argument("--json", action="store_true", help="with --version: print JSON")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging and full tracebacks")
     groups = parser.add_subparsers(dest="group", metavar="<group>", parser_class=RouterParser)
-    group_parsers: dict[str, argparse._SubParsersAction] = {}
+    group_parsers: dict[str, Any] = {}  # each group's sub-parsers (add_subparsers' answer)
     for command in ALL_COMMANDS:
         if command.group is None:
             target = groups.add_parser(

@@ -13,12 +13,15 @@ for byte what FastAPI sends.
 Whenever the fast path is unsure it hands the request to FastAPI's general handler, which then does exactly what it
 always did: a body that is empty, not ``application/json``, or not valid for the model (so every 422 is FastAPI's
 own, with FastAPI's locations and messages), and any route of another shape (query or path parameters,
-dependencies, forms, streams, background tasks, an older FastAPI without the internals used here).
+dependencies, forms, streams, background tasks, an older FastAPI without the names used here).
 
 :class:`ServerApp` is the app these routes live in: FastAPI's, less the layers that do nothing for our servers, and
-with :class:`ExactRouteDispatch` where FastAPI's exception layer sits: a request for a fixed path of a ``BodyRoute``
+with :class:`ExactRouteDispatch` just under FastAPI's exception layer: a request for a fixed path of a ``BodyRoute``
 goes straight to it from a ``(method, path)`` table, with the same exception handling; routing over every route
 (with a regex each) and four layers of frames were a fifth of a small request's CPU.
+
+Only public names of FastAPI and Starlette are used (issue 36): where the general path needs something they keep to
+themselves, the route takes the general path.
 """
 
 from __future__ import annotations
@@ -32,20 +35,17 @@ from fastapi import FastAPI, HTTPException, Request, Response, params
 from fastapi.datastructures import DefaultPlaceholder
 from fastapi.routing import APIRoute
 from fastapi.utils import is_body_allowed_for_status_code
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter
 from pydantic_core import SchemaSerializer, SchemaValidator, ValidationError, from_json
 from starlette.background import BackgroundTask
-from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.exceptions import ExceptionMiddleware
-from starlette.requests import ClientDisconnect
 from starlette.routing import Match, Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from nemo_gym.transport import heap
 
-try:  # internals of the FastAPI this was written against; without them every route takes the general path
-    from fastapi.routing import _effective_route_context_var, _extract_endpoint_context, serialize_response
-    from starlette._exception_handler import _lookup_exception_handler, wrap_app_handling_exceptions
+try:  # public names of the FastAPI this was written against; without them every route takes the general path
+    from fastapi.routing import serialize_response
     from starlette.middleware.body_limit import MAX_BODY_SIZE_SCOPE_KEY
 except ImportError:  # pragma: no cover - older FastAPI / Starlette
     serialize_response = None  # type: ignore[assignment]
@@ -73,22 +73,12 @@ class BodyRoute(APIRoute):
         self._fast: tuple[_Fast, _Handler] | None = None
         self._fast_app: ASGIApp | None = None
         super().__init__(*args, **kwargs)
-        if self._fast is not None and getattr(self, "max_body_size", None) is None:
+        # Planned here, on this route's own settings, and served as this route's app. A router that includes this
+        # one builds its own handler from ``get_route_handler``, FastAPI's as it is, with the settings it adds.
+        plan = _plan(self) if getattr(self, "max_body_size", None) is None else None
+        if plan is not None:
+            self._fast = (_fast_handler(self, plan), self.get_route_handler())
             self.app = self._fast_app = _route_app(*self._fast)
-
-    def get_route_handler(self) -> _Handler:
-        general = super().get_route_handler()
-        plan = _plan(self)
-        if plan is None:
-            return general
-        fast = _fast_handler(self, plan)
-        self._fast = (fast, general)
-
-        async def handler(request: Request) -> Response:
-            response = await fast(request)
-            return response if response is not None else await general(request)
-
-        return handler
 
 
 class ServerApp(FastAPI):
@@ -106,10 +96,9 @@ class ServerApp(FastAPI):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        telemetry = getattr(self, "_telemetry", None)
-        self._telemetry_off = telemetry is not None and not any(
-            telemetry.get(k) for k in ("tracing", "metrics", "logs")
-        )
+        # FastAPI turns each signal on unless the ``telemetry=`` argument turns it off.
+        telemetry = kwargs.get("telemetry") or {}
+        self._telemetry_off = not any(telemetry.get(k, True) for k in ("tracing", "metrics", "logs"))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         # What FastAPI.__call__ and Starlette.__call__ do for a request when telemetry is off, in one frame.
@@ -129,7 +118,7 @@ class ServerApp(FastAPI):
             ):
                 setattr(node, attribute, child.app)  # unlink it: its inner app is the next layer as it stands
             elif type(child) is ExceptionMiddleware and serialize_response is not None and self.exact_dispatch:
-                setattr(node, attribute, ExactRouteDispatch(child, self.router))
+                child.app = ExactRouteDispatch(child.app, self.router)
                 break
             else:
                 node = child
@@ -165,7 +154,7 @@ class _Plan:
 
 def _plan(route: APIRoute) -> _Plan | None:
     """The endpoint's shape when it is the one the fast path serves, else None."""
-    if serialize_response is None or _effective_route_context_var.get() is not None:
+    if serialize_response is None:
         return None
     dependant = route.dependant
     call = dependant.call
@@ -184,7 +173,7 @@ def _plan(route: APIRoute) -> _Plan | None:
         or dependant.http_connection_param_name
         or dependant.background_tasks_param_name
         or dependant.security_scopes_param_name
-        or getattr(route, "_embed_body_fields", True)
+        or (dependant.body_params and getattr(dependant.body_params[0].field_info, "embed", None))
         or getattr(route, "stream_item_field", None) is not None
         or getattr(route, "is_json_stream", False)
         or getattr(route, "is_sse_stream", False)
@@ -269,7 +258,7 @@ def _fast_handler(route: BodyRoute, plan: _Plan) -> _Fast:
         status = sub_response.status_code if sub_response is not None and sub_response.status_code else status_code
         content = to_json(raw_response) if to_json is not None else None
         if content is None:
-            endpoint_ctx = _extract_endpoint_context(call)
+            endpoint_ctx: Any = _endpoint_context(call)
             endpoint_ctx["path"] = f"{request.method} {scope.get('root_path', '').rstrip('/')}{path}"
             content = await serialize_response(
                 field=response_field,
@@ -297,6 +286,23 @@ def _fast_handler(route: BodyRoute, plan: _Plan) -> _Fast:
     return handler
 
 
+def _endpoint_context(call: Any) -> dict[str, Any]:
+    """Where the endpoint is (file, line, function), for the message of an answer that fails its response model: what
+    FastAPI's general path puts in it, found once per answer that fails (rare) with ``inspect``."""
+    context: dict[str, Any] = {}
+    try:
+        source = inspect.getsourcefile(call)
+        if source is not None:
+            context["file"] = source
+        context["line"] = inspect.getsourcelines(call)[1]
+        name = getattr(call, "__name__", None)
+        if name is not None:
+            context["function"] = name
+    except (OSError, TypeError):
+        return {}
+    return context
+
+
 def _answer_json(field: Any, options: dict[str, Any]) -> Callable[[Any], bytes | None] | None:
     """What ``serialize_response`` makes of a route's answer, as the two calls into pydantic-core it comes down to.
 
@@ -308,7 +314,15 @@ def _answer_json(field: Any, options: dict[str, Any]) -> Callable[[Any], bytes |
     """
     if any(options[key] for key in ("include", "exclude", "exclude_unset", "exclude_defaults", "exclude_none")):
         return None
-    adapter = getattr(field, "_type_adapter", None)
+    info = getattr(field, "field_info", None)
+    # FastAPI's adapter for a response field made from the return annotation alone (no metadata of its own, as for
+    # every route of ours) validates and dumps as one made from the annotation: the same schema.
+    if info is None or getattr(info, "metadata", True) or getattr(field, "config", None):
+        return None
+    try:
+        adapter: Any = TypeAdapter(info.annotation)
+    except Exception:  # what pydantic cannot adapt on its own: serialize_response answers
+        return None
     validator, serializer = getattr(adapter, "validator", None), getattr(adapter, "serializer", None)
     if not isinstance(validator, SchemaValidator) or not isinstance(serializer, SchemaSerializer):
         return None
@@ -328,27 +342,9 @@ def _answer_json(field: Any, options: dict[str, Any]) -> Callable[[Any], bytes |
 
 
 async def _read_body(request: Request) -> bytes:
-    """``await request.body()`` without the async generator it reads through: the same bytes, the same
-    ``ClientDisconnect``, the same state left on the request."""
-    if hasattr(request, "_body") or request._stream_consumed:
-        return await request.body()
-    receive = request._receive
-    chunks: list[bytes] = []
-    while True:
-        message = await receive()
-        if message["type"] == "http.request":
-            chunk = message.get("body", b"")
-            if chunk:
-                chunks.append(chunk)
-            if not message.get("more_body", False):
-                request._stream_consumed = True
-                break
-        elif message["type"] == "http.disconnect":
-            request._is_disconnected = True
-            raise ClientDisconnect()
-    body = request._body = b"".join(chunks)
-    if len(body) >= heap.RELEASE_AFTER_BYTES and len(chunks) > 1:
-        chunks.clear()
+    """``await request.body()``; a large body's pieces, joined there, hand their pages back at once."""
+    body = await request.body()
+    if len(body) >= heap.RELEASE_AFTER_BYTES:
         heap.release_read_pieces()
     return body
 
@@ -426,61 +422,46 @@ def _declares_json(headers: list[tuple[bytes, bytes]]) -> bool:
 
 
 class ExactRouteDispatch:
-    """Sits where FastAPI's ``ExceptionMiddleware`` sits and serves a request for a fixed path of a ``BodyRoute``
+    """Sits just under FastAPI's ``ExceptionMiddleware`` and serves a request for a fixed path of a ``BodyRoute``
     directly: one dict lookup on ``(method, path)`` instead of the router's walk over every route with a regex each,
-    and none of the layers between (the exception wrapper and its send wrapper, the exit-stack middleware, the
-    router, the route's ``handle``). Everything else goes down the usual stack (``app``) unchanged.
+    and none of the layers between (the exit-stack middleware, the router, the route's ``handle``). Everything else
+    goes down the usual stack (``app``) unchanged.
 
     A ``(method, path)`` is in the table only when the router would pick that same route for it: the first route
-    that fully matches it, with only plain routes (fixed regex and methods) before it. An exception is handled as
-    ``ExceptionMiddleware`` handles it, with its own handlers; FastAPI's general path still gets the exit stacks it
-    uses. The table is built again whenever the router's routes change.
+    that fully matches it, with only plain routes (fixed regex and methods) before it. An exception goes up to the
+    ``ExceptionMiddleware`` above, which handles it with the app's handlers as it handles any route's; FastAPI's
+    general path still gets the exit stacks it uses. The table is built again whenever the router's routes change.
     """
 
-    def __init__(self, app: ExceptionMiddleware, router: Any) -> None:
+    def __init__(self, app: ASGIApp, router: Any) -> None:
         self.app = app
         self._router = router
-        self._handlers = (app._exception_handlers, app._status_handlers)
         self._table: dict[tuple[str, str], tuple[APIRoute, _Fast, _Handler]] = {}
         self._routes: list[Any] | None = None  # the routes the table was built from
-        self._version = 0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         hit = None
         if scope["type"] == "http" and not scope.get("root_path") and "fastapi.telemetry" not in scope:
-            router = self._router
-            # The same route objects in the same order (an identity check per route) and no route added below.
-            if router.routes != self._routes or getattr(router, "_routes_version", 0) != self._version:
+            # The same route objects in the same order (an identity check per route).
+            if self._router.routes != self._routes:
                 self._build()
             hit = self._table.get((scope["method"], scope["path"]))
         if hit is None:
             await self.app(scope, receive, send)
             return
         route, fast, general = hit  # (one frame less for every resumption of a long request: not a method)
-        # What ExceptionMiddleware and the router leave in the scope on the way to this route.
-        scope["starlette.exception_handlers"] = self._handlers
+        # What the router leaves in the scope on the way to this route.
         if "router" not in scope:
             scope["router"] = self._router
         scope["endpoint"] = route.endpoint
         scope["path_params"] = dict(scope.get("path_params", {}))
         scope["route"] = route
         request = Request(scope, receive, send)
-        try:
-            response = await fast(request)
-        except Exception as error:
-            await self._handle(error, scope, receive, send, started=False)
-            return
+        response = await fast(request)
         if response is None:
-            await wrap_app_handling_exceptions(_general_app(general, request), Request(scope, receive, send))(
-                scope, receive, send
-            )
-        elif type(response).__call__ is Response.__call__:  # its first step sends the start of the answer
-            try:
-                await response(scope, receive, send)
-            except Exception as error:
-                await self._handle(error, scope, receive, send, started=True)
-        else:  # a streamed or file response: exceptions as the wrapper sees them
-            await wrap_app_handling_exceptions(response, Request(scope, receive, send))(scope, receive, send)
+            await _general_app(general, request)(scope, receive, send)
+        else:
+            await response(scope, receive, send)
 
     def _build(self) -> None:
         router = self._router
@@ -488,7 +469,7 @@ class ExactRouteDispatch:
         table: dict[tuple[str, str], tuple[APIRoute, _Fast, _Handler]] = {}
         if not getattr(router, "form_limits", None):
             for route in routes:
-                fast = getattr(route, "_fast", None)
+                fast = getattr(route, "_fast", None)  # a BodyRoute's own, served as its app
                 if (
                     fast is None
                     or route.app is not getattr(route, "_fast_app", None)
@@ -501,26 +482,6 @@ class ExactRouteDispatch:
                         table[(method, route.path)] = (route, *fast)
         self._table = table
         self._routes = routes
-        self._version = getattr(router, "_routes_version", 0)
-
-    async def _handle(self, error: Exception, scope: Scope, receive: Receive, send: Send, started: bool) -> None:
-        """What starlette's exception wrapper does with an exception raised under it."""
-        exception_handlers, status_handlers = self._handlers
-        handler = status_handlers.get(error.status_code) if isinstance(error, StarletteHTTPException) else None
-        if handler is None:
-            handler = _lookup_exception_handler(exception_handlers, error)
-        if handler is None:
-            raise error
-        if started:
-            raise RuntimeError("Caught handled exception, but response already started.") from error
-        await wrap_app_handling_exceptions(_raiser(error), Request(scope, receive, send))(scope, receive, send)
-
-
-def _raiser(error: Exception) -> ASGIApp:
-    async def app(scope: Scope, receive: Receive, send: Send) -> None:
-        raise error
-
-    return app
 
 
 def _general_app(general: _Handler, request: Request) -> ASGIApp:
