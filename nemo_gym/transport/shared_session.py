@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import warnings
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -124,12 +125,14 @@ def close_anywhere(session: Any) -> None:
 
 
 def _loop_of(session: Any) -> asyncio.AbstractEventLoop | None:
-    """The loop ``session`` belongs to: ours are registered per loop; another one is asked (aiohttp deprecated its
-    public ``loop`` property, the value is still kept)."""
+    """The loop ``session`` belongs to: ours are registered per loop; another one is asked through its public
+    ``loop`` property, which aiohttp deprecated but still answers (its warning is not the caller's business)."""
     from nemo_gym.transport.http_client import _sessions
 
     for loop, pooled in list(_sessions.items()):
         if pooled is session:
             return loop
-    own: Any = getattr(session, "_loop", None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        own: Any = getattr(session, "loop", None)
     return own if isinstance(own, asyncio.AbstractEventLoop) else None
