@@ -11,6 +11,7 @@ from nemo_gym.metrics import ROLLOUT_INDEX_KEY_NAME as ROLLOUT_INDEX_KEY
 from nemo_gym.metrics import TASK_INDEX_KEY_NAME as TASK_INDEX_KEY
 
 __all__ = [
+    "REWARD_TOLERANCE",
     "ATTEMPT_INDEX_KEY",
     "ENVIRONMENT_SERVER_KEY",
     "FAILURE_CLASS_KEY",
@@ -54,3 +55,7 @@ ROLLOUT_STARTED_AT_KEY = "_ng_rollout_started_at"
 """When the collector sent the rollout (seconds since the epoch), stamped only when asked (``gym env loadtest``)."""
 ROLLOUT_SECONDS_KEY = "_ng_rollout_seconds"
 """How long the rollout took as the collector saw it, retries after a server restart included (with the above)."""
+
+REWARD_TOLERANCE = 1e-9
+"""Two rewards closer than this are the same reward (a float through JSON and back is not always bit-identical):
+reverify, ATIF reverification and verifier fixtures all compare with it."""

@@ -25,10 +25,7 @@ from nemo_gym.atif.to_response import trajectory_response
 from nemo_gym.config.datasets import AGENT_REF_KEY
 from nemo_gym.errors import ConfigError
 from nemo_gym.jsonl import iter_jsonl
-from nemo_gym.row_fields import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
-
-REWARD_TOLERANCE = 1e-9
-"""Rewards closer than this are equal (a float that went through JSON and back is not always bit-identical)."""
+from nemo_gym.row_fields import REWARD_TOLERANCE, ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
 
 
 @dataclass(frozen=True)

@@ -25,12 +25,12 @@ from typing import Any
 
 from nemo_gym.environment.manifest import EnvironmentManifest, find_manifest, load_manifest
 from nemo_gym.errors import NeMoGymError, TransportError, UserError
+from nemo_gym.row_fields import REWARD_TOLERANCE
 
 CASES_FILE = Path("tests") / "verifier_cases.jsonl"
 """Where a resources server keeps its fixture, relative to its folder (NeMo Gym 0.7's place)."""
 EPISODE_TURNS_KEY = "responses"
 """In an episode case's request: the model's turns, each a Responses API response, played with ``/step``."""
-_REWARD_TOLERANCE = 1e-9
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ class FixtureResult:
             self.error is None
             and self.reward is not None
             and self.expected is not None
-            and math.isclose(self.reward, self.expected, rel_tol=0.0, abs_tol=_REWARD_TOLERANCE)
+            and math.isclose(self.reward, self.expected, rel_tol=0.0, abs_tol=REWARD_TOLERANCE)
         )
 
     def line(self) -> str:

@@ -47,6 +47,7 @@ from nemo_gym.rollouts.config import DEFAULT_REVERIFY_CONCURRENCY
 from nemo_gym.rollouts.materialize import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
 from nemo_gym.rollouts.pool import run_bounded
 from nemo_gym.rollouts.shards import Key, RowIndex, row_key_at
+from nemo_gym.row_fields import REWARD_TOLERANCE
 from nemo_gym.transport import http_client
 from nemo_gym.transport.http_client import ServerTimeoutError, TransportConfig, TransportError
 
@@ -349,9 +350,9 @@ class Reverifier:
         summary.reward_sum += new
         if _is_number(previous):
             summary.previous_reward_sum += float(previous)
-            summary.changed += int(abs(new - float(previous)) > 1e-9)
-            summary.increased += int(new > float(previous) + 1e-9)
-            summary.decreased += int(new < float(previous) - 1e-9)
+            summary.changed += int(abs(new - float(previous)) > REWARD_TOLERANCE)
+            summary.increased += int(new > float(previous) + REWARD_TOLERANCE)
+            summary.decreased += int(new < float(previous) - REWARD_TOLERANCE)
         else:
             summary.changed += 1
 
