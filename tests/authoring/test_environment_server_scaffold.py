@@ -46,7 +46,7 @@ def test_init_creates_the_standard_shape(workdir, capsys):
     assert main(["env", "init", "--environment-server", "not-a-name"]) == 1
     assert "not a valid environment server name" in capsys.readouterr().err
     assert main(["env", "init", "--environment-server", "a", "--resources-server", "b"]) == 1
-    assert "one server" in capsys.readouterr().err
+    assert "creates one thing" in capsys.readouterr().err
 
 
 def test_env_test_walks_environment_servers(workdir):
