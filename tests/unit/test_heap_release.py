@@ -135,7 +135,9 @@ def test_the_pieces_of_a_large_body_are_handed_back_once_joined(releases: list[i
     assert releases == [0]  # spaced like every release: the next one waits MIN_INTERVAL_S
 
 
-def test_a_small_body_or_one_in_a_single_piece_hands_nothing_back(releases: list[int]) -> None:
+def test_a_small_body_hands_nothing_back(releases: list[int]) -> None:
+    """Below RELEASE_AFTER_BYTES nothing is trimmed. (A large body read whole is trimmed too since the body is read
+    through Starlette's public ``request.body()``, which does not say how many pieces it joined.)"""
     assert _read([b"x" * 1000, b"y" * 1000]) == b"x" * 1000 + b"y" * 1000
-    assert _read([b"z" * heap.RELEASE_AFTER_BYTES]) == b"z" * heap.RELEASE_AFTER_BYTES  # nothing was freed
+    assert _read([b"z" * (heap.RELEASE_AFTER_BYTES - 1)]) == b"z" * (heap.RELEASE_AFTER_BYTES - 1)
     assert releases == []
